@@ -1,0 +1,162 @@
+"""Typing stubs for the Rust extension ``sdax_hamilton._core``.
+
+The extension is the core of the package: policy validation and jitter, graph compilation
+and selection, and the per-run scheduling state machine. The asyncio driver
+(``_driver.py``) executes the commands a ``Run`` emits and reports events back; it never
+decides ordering, retries or shutdown sequence itself.
+"""
+
+from collections.abc import Collection, Sequence
+from typing import Final, final
+
+__version__: Final[str]
+
+# Command opcodes: each command is a tuple ``(op, job, attempt, arg)``.
+#   job     forward job of active node i is ``i``; release job of node i is ``n_nodes + i``
+#   attempt 0-based attempt number of that job (0 for STOP_SLEEP / CANCEL it is the current one)
+#   arg     START: the attempt timeout in seconds, or ``None``; SLEEP: the delay in seconds;
+#           CANCEL / STOP_SLEEP: ``None``
+START: Final[int]  # call the job's function now (attempt ``attempt``)
+SLEEP: Final[int]  # wait ``arg`` seconds, then report ``Run.elapsed(job)``
+CANCEL: Final[int]  # cancel the running attempt of ``job``; report ``Run.drained(job)`` when it ends
+STOP_SLEEP: Final[int]  # drop the pending retry wait of ``job``; report nothing
+
+Command = tuple[int, int, int, float | None]
+
+@final
+class Policy:
+    """A validated attempt policy (SPEC 2.2).
+
+    Wrong types raise ``TypeError``, out-of-range values ``ValueError``; messages name the
+    argument and the value. ``retryable_exceptions`` is validated here too (a nonempty tuple
+    of ``BaseException`` subclasses, none a superclass of or equal to ``CancelledError``,
+    ``KeyboardInterrupt`` or ``SystemExit``); ``None`` stores ``None`` and the caller
+    substitutes the default set.
+    """
+
+    def __new__(
+        cls,
+        *,
+        timeout: float | None = None,
+        retries: int = 0,
+        retryable_exceptions: tuple[type[BaseException], ...] | None = None,
+        initial_delay: float = 1.0,
+        backoff_factor: float = 2.0,
+    ) -> Policy: ...
+    @property
+    def timeout(self) -> float | None: ...
+    @property
+    def retries(self) -> int: ...
+    @property
+    def retryable_exceptions(self) -> tuple[type[BaseException], ...] | None: ...
+    @property
+    def initial_delay(self) -> float: ...
+    @property
+    def backoff_factor(self) -> float: ...
+    def delay_bounds(self, retry: int) -> tuple[float, float]:
+        """``(low, high)`` of the wait before retry ``retry`` (0-based)."""
+    def __eq__(self, other: object) -> bool: ...
+    def __hash__(self) -> int: ...
+
+# A node definition handed to ``Graph``:
+#   (name, inputs, borrows, policy, release_policy)
+#   inputs          names this node consumes (other nodes, or external inputs/config/overrides)
+#   borrows         owned nodes this node borrows from (waits on them, keeps them alive)
+#   release_policy  ``None`` when the node owns no resource; otherwise the release's policy
+NodeDef = tuple[str, Sequence[str], Sequence[str], Policy, Policy | None]
+
+@final
+class Graph:
+    """All nodes of a Driver, compiled once.
+
+    Raises ``ValueError`` naming the nodes for duplicate names, a borrow of an unknown node
+    or of a node that owns no resource. Cycles are reported by ``select`` (only the
+    selected part has to be acyclic).
+    """
+
+    def __new__(cls, nodes: Sequence[NodeDef]) -> Graph: ...
+    def __len__(self) -> int: ...
+    def __contains__(self, name: object) -> bool: ...
+    def select(self, final_vars: Sequence[str], replaced: Collection[str] = ()) -> Plan:
+        """Walk (iteratively) from ``final_vars`` through inputs and borrows.
+
+        ``replaced`` nodes (config replacements and overrides) are reached but not walked
+        and do not run. Raises ``ValueError("Unknown selected node: 'x'")`` when a final var
+        is not a node, and ``ValueError`` naming the nodes of a cycle.
+        """
+
+@final
+class Plan:
+    """The selected, active part of a graph, in a topological order."""
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Active nodes (selected minus replaced), topologically ordered; index = job id."""
+    @property
+    def reached(self) -> frozenset[str]:
+        """Every node name reached by the walk, replaced ones included."""
+    @property
+    def external(self) -> tuple[str, ...]:
+        """Names consumed by active nodes that are not nodes of the graph, sorted."""
+    def index(self, name: str) -> int:
+        """Job id of an active node; ``KeyError`` otherwise."""
+    def shutdown_order(self) -> list[list[str]]:
+        """Owned active nodes in release waves if every one had started (for docs/tests)."""
+    def __len__(self) -> int: ...
+
+@final
+class Run:
+    """Scheduling state of one execution of a ``Plan``; not thread-safe, loop-thread only.
+
+    Every method returns the commands to carry out, in order. Events for a job that is no
+    longer waiting for them (for example ``elapsed`` after a ``STOP_SLEEP``) are ignored.
+    Misuse (unknown job, an event in the wrong state) raises ``RuntimeError``; the core
+    never panics across the boundary.
+    """
+
+    def __new__(cls, plan: Plan, seed: int | None = None) -> Run:
+        """``seed`` makes the jitter of this run reproducible; ``None`` draws from the OS."""
+    def start(self) -> list[Command]:
+        """Begin the forward phase: START every node with no active dependency."""
+    def succeeded(self, job: int) -> list[Command]:
+        """The current attempt returned and its value passed the output check."""
+    def failed(self, job: int, retryable: bool) -> list[Command]:
+        """The current attempt failed; a nonretryable or final failure fails the job.
+
+        A failed forward job aborts the forward phase: CANCEL for running jobs, STOP_SLEEP
+        for waiting ones, nothing new starts. A failed release does not stop the others.
+        """
+    def elapsed(self, job: int) -> list[Command]:
+        """The retry wait of ``job`` is over: START its next attempt (unless aborted)."""
+    def drained(self, job: int) -> list[Command]:
+        """A job CANCELled by the core has finished (whatever its outcome)."""
+    def unstarted(self, job: int) -> list[Command]:
+        """A START was never carried out (its task was cancelled before the call began).
+
+        For attempt 0 of a forward job this withdraws the release obligation.
+        """
+    def cancel(self) -> list[Command]:
+        """Caller cancellation or abort of the forward phase: CANCEL running forward jobs,
+        STOP_SLEEP waiting ones, start nothing new. Idempotent. No effect on releases."""
+    def begin_shutdown(self) -> list[Command]:
+        """End of the forward phase (and of the body): START the first releases.
+
+        Releases run for exactly the owned nodes whose first attempt started; a release
+        starts after the releases of every owned node depending on its node (through
+        inputs or borrows, transitively) have completed. Requires ``pending == 0``.
+        """
+    @property
+    def pending(self) -> int:
+        """Jobs currently running or waiting to retry (0 = the phase is quiescent)."""
+    @property
+    def aborted(self) -> bool:
+        """A forward job failed for good or ``cancel`` was called."""
+    @property
+    def finished(self) -> bool:
+        """Shutdown began and every owed release has completed."""
+    def attempts(self, job: int) -> int:
+        """Attempts started so far for ``job``."""
+    def started(self, job: int) -> bool:
+        """Whether the forward job's first attempt started (release owed if owned)."""
+    def succeeded_jobs(self) -> list[int]:
+        """Forward jobs that completed successfully."""

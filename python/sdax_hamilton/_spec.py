@@ -1,0 +1,66 @@
+"""Plain node descriptions passed from the Hamilton translation to planning.
+
+These are the only shapes that cross from ``_hamilton`` (the one module that touches
+Hamilton internals) to ``_plan`` (selection, static type checks, run preparation).
+Nothing here imports Hamilton.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._core import Policy
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    """One input of a generated node, as its callable names it."""
+
+    name: str
+    """Dependency name: a node, an external input or a config key; also the keyword."""
+    type: Any
+    """The annotation this node requires of the value."""
+    has_default: bool
+    default: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseSpec:
+    """The shutdown declared for an owned node."""
+
+    call: Callable[..., Any]
+    """The user's release function, called with one ``Acquisition``."""
+    policy: Policy
+    """The release's own policy; ``retryable_exceptions`` is always resolved (never None)."""
+    acquisition_type: Any
+    """``T`` of the release's ``Acquisition[T]`` parameter."""
+    origin: str
+    """``module.qualname`` of the release function, for messages."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSpec:
+    """One generated Hamilton node, translated."""
+
+    name: str
+    type: Any
+    """Declared output type (validated against the SPEC 8.1 vocabulary)."""
+    call: Callable[..., Any]
+    """Called with keyword arguments named by ``inputs``; may return an awaitable."""
+    inputs: tuple[InputSpec, ...]
+    policy: Policy
+    """The node's ``execution`` policy, or ``Policy()`` with the default retryable set."""
+    origin: str
+    """``module.qualname`` of the declaration that produced the node, for messages."""
+    release: ReleaseSpec | None = None
+    """Set on an owned acquisition (an actual call of a shutdown-declared function)."""
+    borrows: tuple[str, ...] = ()
+    """Owned nodes this projection/validation/pipeline node borrows from."""
+    ownership_required: bool = False
+    """An actual call of a shutdown-declared function that no release targets."""
+    validation_internal: bool = False
+    """``check_output`` internals (``<name>_raw`` and validator nodes)."""
+    borrowed: bool = False
+    """Generated node that calls no user code and borrows (projection, gate, step)."""

@@ -1,0 +1,20 @@
+"""Shared pytest setup: ``async def`` tests run on a fresh event loop each."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    funcargs = pyfuncitem.funcargs
+    names = pyfuncitem._fixtureinfo.argnames
+    kwargs: dict[str, Any] = {name: funcargs[name] for name in names}
+    asyncio.run(pyfuncitem.obj(**kwargs))
+    return True
