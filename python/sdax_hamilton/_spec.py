@@ -62,5 +62,8 @@ class NodeSpec:
     """An actual call of a shutdown-declared function that no release targets."""
     validation_internal: bool = False
     """``check_output`` internals (``<name>_raw`` and validator nodes)."""
+    validation_gate: str | None = None
+    """For a validation internal: the gate node (``<name>``) it serves, the only consumer
+    outside the internals that may take it as an input."""
     borrowed: bool = False
     """Generated node that calls no user code and borrows (projection, gate, step)."""
