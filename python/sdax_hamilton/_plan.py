@@ -1,0 +1,356 @@
+"""Planning: ``Driver.prepare`` (SPEC 6), ``PreparedPlan`` and its per-call checks (SPEC 7.1).
+
+Everything static about a selection is decided here, once: which nodes run, which values
+come from config, inputs or overrides, which edges are type-compatible, and which runtime
+value checks remain necessary. The per-run work left for ``execute``/``open`` is a shape
+check, the input/override value checks and the driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from . import _core
+from ._driver import NodeRuntime, ReleaseRuntime, open_run
+from ._spec import InputSpec, NodeSpec
+from ._types import accepts, checker, compatible, validate_type
+
+Check = Callable[[Any], bool]
+
+_RESOURCE_OUTPUT = "Use open() to access resource outputs within their lifetime"
+
+
+def compile_graph(nodes: Mapping[str, NodeSpec]) -> _core.Graph:
+    """Compile every node of a Driver into the core graph (once per Driver)."""
+    return _core.Graph(
+        [
+            (
+                spec.name,
+                [inp.name for inp in spec.inputs],
+                spec.borrows,
+                spec.policy,
+                spec.release.policy if spec.release is not None else None,
+            )
+            for spec in nodes.values()
+        ]
+    )
+
+
+def _names(value: object, what: str, *, allow_empty: bool) -> tuple[str, ...]:
+    """Validate a collection of node names (SPEC 6.1)."""
+    if isinstance(value, (str, bytes)):
+        raise TypeError(f"{what} must be a collection of node names, not a string")
+    if not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be a collection of node names, not {type(value).__name__}")
+    names = tuple(value)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{what} must contain nonempty node names, got {name!r}")
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"{what} contains duplicate names: {duplicates}")
+    if not names and not allow_empty:
+        raise ValueError(f"{what} must name at least one node")
+    return names
+
+
+def _dedupe(types: Iterable[Any]) -> tuple[Any, ...]:
+    unique: list[Any] = []
+    for tp in types:
+        if not any(tp is seen or tp == seen for seen in unique):
+            unique.append(tp)
+    return tuple(unique)
+
+
+def _all_of(checks: Iterable[Check | None]) -> tuple[Check, ...]:
+    return tuple(check for check in checks if check is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Program:
+    """The compiled, immutable part of a plan that every run shares."""
+
+    plan: _core.Plan
+    runtimes: tuple[NodeRuntime, ...]
+    config: Mapping[str, Any]
+    input_checks: tuple[tuple[str, tuple[Check, ...]], ...]
+    override_checks: tuple[tuple[str, tuple[Check, ...]], ...]
+    resource_outputs: tuple[str, ...]
+    seed: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class PreparedPlan:
+    """A selection of a Driver's graph, compiled once; run it with ``execute`` or ``open``.
+
+    Users get plans from :meth:`Driver.prepare`; a plan holds only immutable compiled state,
+    so it can be run repeatedly and concurrently, each run with its own resources.
+    """
+
+    outputs: tuple[str, ...]
+    """The requested final variables, in the order given."""
+    required_inputs: Mapping[str, tuple[Any, ...]]
+    """Input name -> every type its consumers require, sorted by name."""
+    override_nodes: frozenset[str]
+    """Nodes whose values each run must supply through ``overrides``."""
+    _program: _Program = field(repr=False)
+
+    def _values(
+        self, inputs: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
+        """SPEC 7.1: shape and value checks, then the run's fresh value table."""
+        supplied = dict(inputs) if inputs is not None else {}
+        replaced = dict(overrides) if overrides is not None else {}
+        if supplied.keys() != self.required_inputs.keys():
+            raise ValueError(
+                "Input shape mismatch: expected "
+                f"{sorted(self.required_inputs)}, got {sorted(supplied, key=repr)}"
+            )
+        if replaced.keys() != self.override_nodes:
+            raise ValueError(
+                "Override shape mismatch: expected "
+                f"{sorted(self.override_nodes)}, got {sorted(replaced, key=repr)}"
+            )
+        program = self._program
+        for name, checks in program.input_checks:
+            value = supplied[name]
+            for check in checks:
+                if not check(value):
+                    raise TypeError(f"Invalid input: {name}")
+        for name, checks in program.override_checks:
+            value = replaced[name]
+            for check in checks:
+                if not check(value):
+                    raise TypeError(f"Invalid override: {name}")
+        return {**program.config, **supplied, **replaced}
+
+    def open(
+        self,
+        *,
+        inputs: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
+        """Run the plan and keep its resources alive through the ``async with`` body.
+
+        The body receives ``{output: value}``; every release runs after the body exits,
+        also when it raises or is cancelled.
+        """
+        values = self._values(inputs, overrides)
+        program = self._program
+        return open_run(program.plan, program.runtimes, values, self.outputs, seed=program.seed)
+
+    async def execute(
+        self,
+        *,
+        inputs: Mapping[str, Any] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Run the plan; return ``{output: value}`` after every release has finished."""
+        if self._program.resource_outputs:
+            raise ValueError(f"{_RESOURCE_OUTPUT}: {list(self._program.resource_outputs)}")
+        async with self.open(inputs=inputs, overrides=overrides) as results:
+            return results
+
+
+def build_plan(
+    nodes: Mapping[str, NodeSpec],
+    config: Mapping[str, Any],
+    final_vars: object,
+    *,
+    optional_inputs: object = (),
+    override_nodes: object = (),
+    check_outputs: object = True,
+    graph: _core.Graph | None = None,
+    seed: int | None = None,
+) -> PreparedPlan:
+    """SPEC 6: validate a selection and compile it into a ``PreparedPlan``."""
+    if type(check_outputs) is not bool:
+        raise TypeError(f"check_outputs must be a bool, got {type(check_outputs).__name__}")
+    outputs = _names(final_vars, "final_vars", allow_empty=False)
+    optional = _names(optional_inputs, "optional_inputs", allow_empty=True)
+    overridden = _names(override_nodes, "override_nodes", allow_empty=True)
+
+    # 6.2 step 1
+    unknown = sorted(name for name in overridden if name not in nodes)
+    if unknown:
+        raise ValueError(f"Unknown override nodes: {unknown}")
+    overlap = sorted(name for name in overridden if name in config)
+    if overlap:
+        raise ValueError(f"Configuration and overrides must be disjoint: {overlap}")
+
+    # 6.2 step 2
+    internal_outputs = sorted(
+        name for name in outputs if name in nodes and nodes[name].validation_internal
+    )
+    if internal_outputs:
+        raise ValueError(f"Cannot select validation internal nodes: {internal_outputs}")
+    config_replaced = [name for name in config if name in nodes]
+    protected = sorted(
+        name
+        for name in (*config_replaced, *overridden)
+        if nodes[name].validation_internal or nodes[name].borrows
+    )
+    if protected:
+        raise ValueError(f"Cannot replace validation or borrowed nodes: {protected}")
+
+    # 6.2 step 3: the walk itself (unknown names, cycles) is the core's, iterative and
+    # linear; the per-node rules follow over what it reached.
+    replaced = frozenset(config_replaced) | frozenset(overridden)
+    if graph is None:
+        graph = compile_graph(nodes)
+    core_plan = graph.select(list(outputs), replaced)
+    reached = core_plan.reached
+    active = core_plan.nodes
+
+    for name in sorted(reached):
+        spec = nodes[name]
+        if spec.ownership_required and spec.release is None:
+            raise ValueError(f"Selected acquisition expansion lacks shutdown: {name}")
+        if spec.release is not None:
+            if name in replaced:
+                raise ValueError(f"Cannot replace owned acquisition: {name}")
+            if spec.policy.retries > 0:
+                raise ValueError(f"Acquisition retries require attempt cleanup: {name}")
+        if name in config and not accepts(config[name], spec.type):
+            raise TypeError(f"Invalid config replacement: {name}")
+
+    # Requirements per name consumed by an active node, in topological consumer order.
+    requirements: dict[str, list[Any]] = {}
+    external_defaults: dict[str, bool] = {}
+    for name in active:
+        spec = nodes[name]
+        for inp in spec.inputs:
+            validate_type(inp.type, where=f"{name}.{inp.name}")
+            requirements.setdefault(inp.name, []).append(inp.type)
+            producer = nodes.get(inp.name)
+            if producer is not None:
+                _check_edge(producer, spec, inp)
+            elif inp.name not in config:
+                # External input: required unless every consumer has a default and it
+                # was not declared optional (then the defaults are used).
+                external_defaults[inp.name] = (
+                    external_defaults.get(inp.name, True) and inp.has_default
+                )
+
+    # 6.2 step 4
+    unused_overrides = sorted(name for name in overridden if name not in reached)
+    if unused_overrides:
+        raise ValueError(f"Unused override declaration: {unused_overrides}")
+    unused_optional = sorted(name for name in optional if name not in external_defaults)
+    if unused_optional:
+        raise ValueError(f"Unused optional input declaration: {unused_optional}")
+    optional_set = frozenset(optional)
+    required = {
+        name: _dedupe(requirements[name])
+        for name in sorted(external_defaults)
+        if not external_defaults[name] or name in optional_set
+    }
+
+    # 6.2 step 5: config values consumed by active nodes satisfy every consumer.
+    for name, types in requirements.items():
+        if name in config and name not in nodes:
+            for tp in types:
+                if not accepts(config[name], tp):
+                    raise TypeError(f"Invalid config value for input: {name}")
+
+    active_set = frozenset(active)
+    runtimes = tuple(
+        _runtime(nodes[name], nodes, config, required, active_set, check_outputs) for name in active
+    )
+    resource_outputs = tuple(
+        name
+        for name in outputs
+        if name not in replaced and (nodes[name].release is not None or nodes[name].borrows)
+    )
+    program = _Program(
+        plan=core_plan,
+        runtimes=runtimes,
+        config=config,
+        input_checks=tuple(
+            (name, _all_of(checker(tp) for tp in types)) for name, types in required.items()
+        ),
+        override_checks=tuple(
+            (
+                name,
+                _all_of(
+                    checker(tp) for tp in _dedupe([nodes[name].type, *requirements.get(name, ())])
+                ),
+            )
+            for name in sorted(overridden)
+        ),
+        resource_outputs=resource_outputs,
+        seed=seed,
+    )
+    return PreparedPlan(
+        outputs=outputs,
+        required_inputs=MappingProxyType(required),
+        override_nodes=frozenset(overridden),
+        _program=program,
+    )
+
+
+def _check_edge(producer: NodeSpec, consumer: NodeSpec, inp: InputSpec) -> None:
+    if producer.validation_internal and not (
+        consumer.validation_internal or consumer.name == producer.validation_gate
+    ):
+        raise ValueError(
+            f"Validation internal node {producer.name!r} cannot be consumed by {consumer.name!r}"
+        )
+    if not compatible(producer.type, inp.type):
+        raise TypeError(
+            f"Incompatible edge: {producer.name} -> {consumer.name} "
+            f"({producer.type!r} is not accepted as {inp.type!r})"
+        )
+
+
+def _runtime(
+    spec: NodeSpec,
+    nodes: Mapping[str, NodeSpec],
+    config: Mapping[str, Any],
+    required: Collection[str],
+    active: Collection[str],
+    check_outputs: bool,
+) -> NodeRuntime:
+    args: list[tuple[str, str]] = []
+    defaults: dict[str, Any] = {}
+    input_checks: list[tuple[str, Check]] = []
+    for inp in spec.inputs:
+        if inp.name in nodes or inp.name in config or inp.name in required:
+            args.append((inp.name, inp.name))
+            # Produced values are checked at their producer and edges were proven
+            # compatible above; only unchecked producers (check_outputs=False) leave a
+            # check for their consumers, once before the first attempt.
+            if not check_outputs and inp.name in active:
+                check = checker(inp.type)
+                if check is not None:
+                    input_checks.append((inp.name, check))
+        else:
+            defaults[inp.name] = inp.default
+    release = spec.release
+    return NodeRuntime(
+        name=spec.name,
+        origin=spec.origin,
+        call=spec.call,
+        args=tuple(args),
+        defaults=MappingProxyType(defaults),
+        input_checks=tuple(input_checks),
+        output_check=checker(spec.type) if check_outputs else None,
+        retryable=_retryable(spec.policy),
+        output_type=spec.type,
+        release=None
+        if release is None
+        else ReleaseRuntime(
+            origin=release.origin, call=release.call, retryable=_retryable(release.policy)
+        ),
+    )
+
+
+def _retryable(policy: _core.Policy) -> tuple[type[BaseException], ...]:
+    retryable = policy.retryable_exceptions
+    if retryable is None:  # declarations always resolve the default set
+        raise RuntimeError("policy without a resolved retryable set")
+    return retryable
