@@ -9,6 +9,7 @@ import asyncio
 import logging
 
 import guide_graph  # the example's Hamilton module; Python puts this folder on sys.path
+
 from sdax_hamilton import Driver, failures
 
 

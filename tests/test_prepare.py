@@ -42,7 +42,7 @@ def test_plan_properties(chain: Any) -> None:
     assert isinstance(plan, PreparedPlan)
     assert dataclasses.is_dataclass(plan)
     assert plan.outputs == ("d", "b")
-    assert dict(plan.required_inputs) == {"x": (int, Optional[int])}
+    assert dict(plan.required_inputs) == {"x": (int, Optional[int])}  # noqa: UP045
     assert list(plan.required_inputs) == ["x"]
     assert plan.override_nodes == frozenset()
     with pytest.raises(TypeError):
