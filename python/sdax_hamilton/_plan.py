@@ -9,8 +9,10 @@ check, the input/override value checks and the driver.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
@@ -81,6 +83,10 @@ class _Program:
     override_checks: tuple[tuple[str, tuple[Check, ...]], ...]
     resource_outputs: tuple[str, ...]
     seed: int | None
+    specs: tuple[NodeSpec, ...]
+    """Active node specs, in ``plan.nodes`` order (for pictures and reports)."""
+    replaced: Mapping[str, str]
+    """Reached nodes that do not run: name -> ``"config"`` or ``"override"``."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,6 +148,32 @@ class PreparedPlan:
         values = self._values(inputs, overrides)
         program = self._program
         return open_run(program.plan, program.runtimes, values, self.outputs, seed=program.seed)
+
+    def to_dot(self) -> str:
+        """Graphviz DOT of the selected graph.
+
+        Boxes are nodes labelled with their policy; a bold rounded box owns a resource and
+        names its release; parallelograms are run inputs; double borders are outputs;
+        dashed grey edges read "released before" (the shutdown order).
+        """
+        from ._picture import plan_to_dot
+
+        program = self._program
+        return plan_to_dot(
+            program.specs,
+            outputs=self.outputs,
+            inputs=tuple(self.required_inputs),
+            replaced=program.replaced,
+        )
+
+    def visualize(self, path: str | os.PathLike[str], *, format: str | None = None) -> Path:
+        """Render :meth:`to_dot` to ``path`` (format from the suffix, e.g. ``.png``, ``.svg``).
+
+        Needs the ``graphviz`` Python package and Graphviz's ``dot`` program.
+        """
+        from ._picture import render
+
+        return render(self.to_dot(), path, format=format)
 
     async def execute(
         self,
@@ -284,6 +316,11 @@ def build_plan(
         ),
         resource_outputs=resource_outputs,
         seed=seed,
+        specs=tuple(nodes[name] for name in active),
+        replaced=MappingProxyType(
+            {name: "config" for name in config_replaced if name in reached}
+            | {name: "override" for name in overridden}
+        ),
     )
     return PreparedPlan(
         outputs=outputs,

@@ -1,0 +1,150 @@
+"""The plan picture: Graphviz DOT of a selection, and rendering it when Graphviz is there."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ._spec import NodeSpec
+
+
+def _quote(text: str) -> str:
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}s"
+
+
+def _policy_label(spec: NodeSpec) -> list[str]:
+    policy = spec.policy
+    parts = []
+    if policy.timeout is not None:
+        parts.append(f"timeout {_seconds(policy.timeout)}")
+    if policy.retries:
+        parts.append(f"retries {policy.retries}")
+    return [", ".join(parts)] if parts else []
+
+
+def _attributes(**attrs: str) -> str:
+    return ", ".join(f"{key}={_quote(value)}" for key, value in attrs.items())
+
+
+def shutdown_edges(specs: Sequence[NodeSpec]) -> list[tuple[str, str]]:
+    """``(dependent, owner)`` pairs: ``dependent``'s release completes before ``owner``'s.
+
+    Only the nearest owned dependents are listed (the walk stops at owned nodes), which is
+    the order the core enforces once the transitive steps are added back.
+    """
+    active = {spec.name: spec for spec in specs}
+    consumers: dict[str, list[str]] = {name: [] for name in active}
+    for spec in specs:
+        for source in (*(inp.name for inp in spec.inputs), *spec.borrows):
+            if source in consumers and spec.name not in consumers[source]:
+                consumers[source].append(spec.name)
+    edges: list[tuple[str, str]] = []
+    for owner in specs:
+        if owner.release is None:
+            continue
+        seen = {owner.name}
+        stack = list(consumers[owner.name])
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if active[name].release is not None:
+                edges.append((name, owner.name))
+            else:
+                stack.extend(consumers[name])
+    return sorted(edges)
+
+
+def plan_to_dot(
+    specs: Sequence[NodeSpec],
+    *,
+    outputs: Sequence[str],
+    inputs: Iterable[str],
+    replaced: Mapping[str, str],
+) -> str:
+    output_set = frozenset(outputs)
+    active = {spec.name for spec in specs}
+    lines = [
+        "digraph plan {",
+        "  rankdir=LR;",
+        '  node [fontname="Helvetica", fontsize=11];',
+        '  edge [fontname="Helvetica", fontsize=9];',
+    ]
+    for name in inputs:
+        attrs_text = _attributes(shape="parallelogram", label=name + "\ninput")
+        lines.append(f"  {_quote(name)} [{attrs_text}];")
+    for name, source in sorted(replaced.items()):
+        attrs = {"shape": "box", "style": "dashed", "label": f"{name}\n{source} value"}
+        if name in output_set:
+            attrs["peripheries"] = "2"
+        lines.append(f"  {_quote(name)} [{_attributes(**attrs)}];")
+    for spec in specs:
+        label = [spec.name, *_policy_label(spec)]
+        attrs = {"shape": "box"}
+        if spec.release is not None:
+            release = spec.release.origin.rsplit(".", 1)[-1]
+            label.append(f"owns resource; release {release}")
+            release_policy = spec.release.policy
+            if release_policy.timeout is not None or release_policy.retries:
+                parts = []
+                if release_policy.timeout is not None:
+                    parts.append(f"timeout {_seconds(release_policy.timeout)}")
+                if release_policy.retries:
+                    parts.append(f"retries {release_policy.retries}")
+                label.append("release " + ", ".join(parts))
+            attrs["style"] = "rounded,bold"
+        elif spec.borrows:
+            label.append("borrows " + ", ".join(spec.borrows))
+            attrs["style"] = "rounded"
+        if spec.name in output_set:
+            attrs["peripheries"] = "2"
+            label.append("output")
+        attrs["label"] = "\n".join(label)
+        lines.append(f"  {_quote(spec.name)} [{_attributes(**attrs)}];")
+    known = active | set(replaced) | set(inputs)
+    for spec in specs:
+        for inp in spec.inputs:
+            if inp.name in known:
+                lines.append(f"  {_quote(inp.name)} -> {_quote(spec.name)};")
+        for owner in spec.borrows:
+            if owner in known:
+                attrs_text = _attributes(style="dotted", label="borrows")
+                lines.append(f"  {_quote(owner)} -> {_quote(spec.name)} [{attrs_text}];")
+    for dependent, owner in shutdown_edges(specs):
+        attrs_text = _attributes(
+            style="dashed", color="gray40", label="released before", constraint="false"
+        )
+        lines.append(f"  {_quote(dependent)} -> {_quote(owner)} [{attrs_text}];")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def render(dot: str, path: str | os.PathLike[str], *, format: str | None = None) -> Path:
+    try:
+        import graphviz  # type: ignore[import-not-found,unused-ignore]
+    except ImportError as error:
+        raise ImportError(
+            "PreparedPlan.visualize() needs the 'graphviz' package "
+            "(pip install graphviz) and Graphviz's 'dot' program; "
+            "PreparedPlan.to_dot() works without them"
+        ) from error
+    target = Path(path)
+    fmt = format or target.suffix.lstrip(".") or "png"
+    source: Any = graphviz.Source(dot)
+    try:
+        data: bytes = source.pipe(format=fmt)
+    except graphviz.ExecutableNotFound as error:
+        raise RuntimeError(
+            "PreparedPlan.visualize() could not run Graphviz's 'dot' program; "
+            "install Graphviz (e.g. apt-get install graphviz)"
+        ) from error
+    target.write_bytes(data)
+    return target
