@@ -1,15 +1,108 @@
-"""Exception types and the primary/secondary failure record (SPEC 4, 7.11)."""
+"""Exception types and the primary/secondary failure record (SPEC 4, 7.11).
+
+A run keeps one *primary* exception (what the caller sees) and collects *secondary*
+diagnostics: the original exception objects raised by nodes and releases, cancellations of
+releases, shutdown-result faults and a replaced earlier primary. Secondaries are attached to
+the primary by identity (never copied) and read back with :func:`failures`.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = [
+    "DIAGNOSTICS_NOTE",
+    "ExecutionError",
+    "RetryableException",
+    "add_note_once",
+    "attach_failures",
+    "failures",
+    "failure_group",
+]
+
+DIAGNOSTICS_NOTE = "Additional execution/cleanup diagnostics: sdax_hamilton.failures(exception)"
+"""The note added to a primary exception when secondary diagnostics were attached."""
+
+_ATTRIBUTE = "_sdax_hamilton_failures"
+"""Where the attached diagnostics live on the primary exception object."""
 
 
 class RetryableException(Exception):
     """Raise (or subclass) this to ask for a retry under the default retryable set."""
 
 
-class ExecutionError(ExceptionGroup):  # type: ignore[type-arg]  # noqa: N818
+class ExecutionError(ExceptionGroup):  # type: ignore[type-arg]
     """A run failed and no caller-side exception is primary.
 
     One level: the leaves are the original exception objects raised by nodes and releases,
     each carrying a note that names the node and the attempts made.
     """
+
+    def derive(self, excs: Sequence[Exception]) -> ExecutionError:  # type: ignore[override]
+        # ``except*`` and ``split``/``subgroup`` keep the class (the leaves stay originals).
+        return ExecutionError(self.message, excs)
+
+
+def failures(exc: object) -> tuple[BaseException, ...]:
+    """Return the secondary diagnostics attached to ``exc`` by this package, or ``()``.
+
+    Works on any object: something that is not an exception, or an exception to which
+    nothing was attached, gives ``()``.
+    """
+    if not isinstance(exc, BaseException):
+        return ()
+    try:
+        found = exc.__dict__.get(_ATTRIBUTE)
+    except Exception:  # an exotic subclass without a usable __dict__
+        return ()
+    return found if type(found) is tuple else ()
+
+
+def add_note_once(exc: BaseException, note: str) -> None:
+    """Add ``note`` to ``exc`` unless the exact same note is already there."""
+    notes: Any = getattr(exc, "__notes__", None)
+    if type(notes) is list and note in notes:
+        return
+    exc.add_note(note)
+
+
+def attach_failures(primary: BaseException, items: Iterable[BaseException]) -> None:
+    """Append ``items`` to the diagnostics of ``primary``.
+
+    De-duplicates by identity, skips ``primary`` itself, keeps the original objects, and adds
+    :data:`DIAGNOSTICS_NOTE` once, only when something was attached.
+    """
+    current = failures(primary)
+    seen = {id(item) for item in current}
+    seen.add(id(primary))
+    added: list[BaseException] = []
+    for item in items:
+        key = id(item)
+        if key in seen:
+            continue
+        seen.add(key)
+        added.append(item)
+    if not added:
+        return
+    setattr(primary, _ATTRIBUTE, current + tuple(added))
+    add_note_once(primary, DIAGNOSTICS_NOTE)
+
+
+def failure_group(collected: Sequence[BaseException]) -> BaseException:
+    """Build the group a failed run raises when no caller-side exception is primary.
+
+    ``ExecutionError`` (one level, original leaves) when every leaf is an ``Exception``;
+    otherwise (for example a node's own ``CancelledError``) a plain ``BaseExceptionGroup``.
+    The caller raises the returned object.
+    """
+    leaves: list[BaseException] = []
+    seen: set[int] = set()
+    for item in collected:
+        if id(item) not in seen:
+            seen.add(id(item))
+            leaves.append(item)
+    message = "sdax_hamilton execution failed"
+    if all(isinstance(leaf, Exception) for leaf in leaves):
+        return ExecutionError(message, leaves)
+    return BaseExceptionGroup(message, leaves)
