@@ -118,9 +118,7 @@ def describe(tp: Any) -> str:
     if tp is Any:
         return "Any"
     if isinstance(tp, type) and get_origin(tp) is None:
-        if tp.__module__ == "builtins":
-            return tp.__qualname__
-        return f"{tp.__module__}.{tp.__qualname__}"
+        return tp.__qualname__
     text = repr(tp)
     return text.replace("typing.", "")
 
