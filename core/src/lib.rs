@@ -1,0 +1,16 @@
+//! `sdax-core`: the Python-free core of `sdax_hamilton`.
+//!
+//! * [`policy`]: attempt policies, retry decision, jittered exponential backoff;
+//! * [`graph`]: graph compilation, selection, topological and shutdown structure;
+//! * [`run`]: the per-run state machine driven by events, answering with commands.
+
+#![forbid(unsafe_code)]
+#![warn(missing_debug_implementations)]
+
+pub mod graph;
+pub mod policy;
+pub mod run;
+
+pub use graph::{Graph, GraphError, NodeDef, Plan};
+pub use policy::{Policy, PolicyError};
+pub use run::{Command, JobState, Op, Run, RunError};

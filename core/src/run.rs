@@ -1,0 +1,1029 @@
+//! The per-run scheduling state machine.
+//!
+//! A [`Run`] is driven by events (an attempt succeeded / failed, a retry wait elapsed, a
+//! cancelled attempt drained, a START was never carried out, the caller cancelled) and
+//! answers each with the [`Command`]s to carry out, in order. It never looks at a clock:
+//! time is the driver's business, which keeps the machine deterministic given its seed.
+//!
+//! Job ids: forward job `i` is active node `i` of the [`Plan`]; the release of node `i` is
+//! job `n + i` where `n = plan.len()`.
+//!
+//! Every method appends to a caller-owned `Vec<Command>` so the hot path allocates nothing.
+//! On error nothing is appended and the state is unchanged.
+
+use std::fmt;
+use std::sync::Arc;
+
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+use crate::graph::Plan;
+use crate::policy::Policy;
+
+/// What a command asks the driver to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Op {
+    /// Call the job now: attempt `attempt`, `arg` is the attempt timeout (or `None`).
+    Start = 0,
+    /// Wait `arg` seconds, then report [`Run::elapsed`]. `attempt` is the attempt that
+    /// failed (the retry index `k` of the delay formula).
+    Sleep = 1,
+    /// Cancel the running attempt `attempt`; report [`Run::drained`] when it has ended.
+    Cancel = 2,
+    /// Drop the retry wait that followed the failure of attempt `attempt`; report nothing.
+    StopSleep = 3,
+}
+
+/// One instruction for the driver.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Command {
+    pub op: Op,
+    pub job: u32,
+    pub attempt: u32,
+    /// START: the attempt timeout, SLEEP: the delay (seconds); otherwise `None`.
+    pub arg: Option<f64>,
+}
+
+/// Where a job stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum JobState {
+    /// Forward: not started yet. Release: owed, waiting for its turn.
+    Waiting,
+    /// An attempt was started and has not been reported yet.
+    Running,
+    /// Between a failed attempt and the next one.
+    Sleeping,
+    /// Forward only: CANCEL was issued; waiting for `drained`.
+    Cancelling,
+    /// Completed successfully.
+    Succeeded,
+    /// Failed for good (nonretryable, or retries exhausted).
+    Failed,
+    /// Forward only: cancelled by the core and drained (or reported unstarted).
+    Drained,
+    /// Forward only: its retry wait was dropped by the core (STOP_SLEEP).
+    Stopped,
+    /// Release only: its START was reported as never carried out.
+    Unstarted,
+    /// Release only: no release is owed for this node.
+    NotOwed,
+}
+
+impl JobState {
+    fn describe(self) -> &'static str {
+        match self {
+            JobState::Waiting => "waiting",
+            JobState::Running => "running",
+            JobState::Sleeping => "waiting to retry",
+            JobState::Cancelling => "being cancelled",
+            JobState::Succeeded => "already succeeded",
+            JobState::Failed => "already failed",
+            JobState::Drained => "already drained",
+            JobState::Stopped => "stopped",
+            JobState::Unstarted => "unstarted",
+            JobState::NotOwed => "not owed",
+        }
+    }
+}
+
+/// Misuse of the protocol. The run is unchanged when one is returned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunError {
+    /// The job id is not a job of this run (or a release job before shutdown began).
+    UnknownJob { event: &'static str, job: i64 },
+    /// The event does not fit the job's state.
+    WrongState {
+        event: &'static str,
+        job: u32,
+        node: String,
+        release: bool,
+        state: JobState,
+    },
+    /// `start` after `start` or after `begin_shutdown`.
+    AlreadyStarted,
+    /// `begin_shutdown` while forward jobs are still running, waiting or draining.
+    NotQuiescent { pending: u32 },
+    /// `begin_shutdown` twice.
+    ShutdownBegun,
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::UnknownJob { event, job } => {
+                write!(f, "Run.{event}: {job} is not a job of this run")
+            }
+            RunError::WrongState {
+                event,
+                job,
+                node,
+                release,
+                state,
+            } => {
+                let kind = if *release { "release of node" } else { "node" };
+                write!(
+                    f,
+                    "Run.{event}: job {job} ({kind} '{node}') is {}",
+                    state.describe()
+                )
+            }
+            RunError::AlreadyStarted => f.write_str("Run.start: the run was already started"),
+            RunError::NotQuiescent { pending } => write!(
+                f,
+                "Run.begin_shutdown: {pending} forward job(s) still pending"
+            ),
+            RunError::ShutdownBegun => f.write_str("Run.begin_shutdown: shutdown already began"),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    Forward,
+    Shutdown,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Job {
+    state: JobState,
+    attempts: u32,
+    /// Forward: active dependencies not yet succeeded. Shutdown: consumers not yet complete.
+    remaining: u32,
+}
+
+/// Scheduling state of one execution of a [`Plan`].
+#[derive(Debug)]
+pub struct Run {
+    plan: Arc<Plan>,
+    phase: Phase,
+    aborted: bool,
+    pending: u32,
+    /// Owned forward jobs whose first attempt started (release owed).
+    owed: u32,
+    /// Owed releases not yet completed (shutdown).
+    outstanding: u32,
+    jobs: Vec<Job>,
+    /// Release jobs, allocated by `begin_shutdown` only when a release is owed.
+    rels: Vec<Job>,
+    seed: Option<u64>,
+    rng: Option<SmallRng>,
+}
+
+enum Target {
+    Forward(usize),
+    Release(usize),
+}
+
+impl Run {
+    /// A fresh run. `seed` makes the jitter reproducible; `None` seeds from the thread RNG
+    /// (itself seeded by the OS) the first time a delay is drawn.
+    pub fn new(plan: Arc<Plan>, seed: Option<u64>) -> Self {
+        let jobs = (0..plan.len())
+            .map(|j| Job {
+                state: JobState::Waiting,
+                attempts: 0,
+                remaining: plan.deps.row_len(j),
+            })
+            .collect();
+        Run {
+            plan,
+            phase: Phase::Idle,
+            aborted: false,
+            pending: 0,
+            owed: 0,
+            outstanding: 0,
+            jobs,
+            rels: Vec::new(),
+            seed,
+            rng: None,
+        }
+    }
+
+    /// The plan this run executes.
+    pub fn plan(&self) -> &Arc<Plan> {
+        &self.plan
+    }
+
+    /// Jobs currently running, waiting to retry or draining (0 = the phase is quiescent).
+    #[inline]
+    pub fn pending(&self) -> u32 {
+        self.pending
+    }
+
+    /// A forward job failed for good, or `cancel` was called.
+    #[inline]
+    pub fn aborted(&self) -> bool {
+        self.aborted
+    }
+
+    /// Shutdown began and every owed release has completed.
+    #[inline]
+    pub fn finished(&self) -> bool {
+        self.phase == Phase::Shutdown && self.outstanding == 0
+    }
+
+    /// Whether `begin_shutdown` was called.
+    #[inline]
+    pub fn shutting_down(&self) -> bool {
+        self.phase == Phase::Shutdown
+    }
+
+    /// Number of releases owed so far (owned jobs whose first attempt started).
+    #[inline]
+    pub fn owed_releases(&self) -> u32 {
+        self.owed
+    }
+
+    fn target(&self, event: &'static str, job: i64) -> Result<Target, RunError> {
+        let n = self.jobs.len() as i64;
+        if (0..n).contains(&job) {
+            Ok(Target::Forward(job as usize))
+        } else if job >= n && job < 2 * n && !self.rels.is_empty() {
+            Ok(Target::Release((job - n) as usize))
+        } else {
+            Err(RunError::UnknownJob { event, job })
+        }
+    }
+
+    fn wrong(&self, event: &'static str, t: &Target) -> RunError {
+        let n = self.jobs.len();
+        let (job, i, release, state) = match *t {
+            Target::Forward(i) => (i, i, false, self.jobs[i].state),
+            Target::Release(i) => (n + i, i, true, self.rels[i].state),
+        };
+        RunError::WrongState {
+            event,
+            job: job as u32,
+            node: self.plan.names()[i].clone(),
+            release,
+            state,
+        }
+    }
+
+    /// State of a job (forward `0..n`, release `n..2n`); `None` for an unknown id.
+    /// Release jobs are [`JobState::NotOwed`] before shutdown.
+    pub fn state(&self, job: u32) -> Option<JobState> {
+        let n = self.jobs.len();
+        let j = job as usize;
+        if j < n {
+            Some(self.jobs[j].state)
+        } else if j < 2 * n {
+            Some(self.rels.get(j - n).map_or(JobState::NotOwed, |r| r.state))
+        } else {
+            None
+        }
+    }
+
+    /// Attempts started so far for `job` (an attempt reported unstarted is not counted).
+    pub fn attempts(&self, job: i64) -> Result<u32, RunError> {
+        let n = self.jobs.len() as i64;
+        if (0..n).contains(&job) {
+            Ok(self.jobs[job as usize].attempts)
+        } else if job >= n && job < 2 * n {
+            Ok(self.rels.get((job - n) as usize).map_or(0, |r| r.attempts))
+        } else {
+            Err(RunError::UnknownJob {
+                event: "attempts",
+                job,
+            })
+        }
+    }
+
+    /// Whether the job's first attempt started (for an owned forward job: release owed).
+    pub fn started(&self, job: i64) -> Result<bool, RunError> {
+        self.attempts(job).map(|a| a > 0)
+    }
+
+    /// Forward jobs that completed successfully, ascending.
+    pub fn succeeded_jobs(&self) -> Vec<u32> {
+        self.jobs
+            .iter()
+            .enumerate()
+            .filter(|(_, j)| j.state == JobState::Succeeded)
+            .map(|(i, _)| i as u32)
+            .collect()
+    }
+
+    fn jitter(&mut self, policy: &Policy, retry: u32) -> f64 {
+        let seed = self.seed;
+        let rng = self.rng.get_or_insert_with(|| match seed {
+            Some(s) => SmallRng::seed_from_u64(s),
+            None => SmallRng::from_rng(&mut rand::rng()),
+        });
+        policy.delay(retry, rng)
+    }
+
+    #[inline]
+    fn launch(&mut self, job: usize, out: &mut Vec<Command>) {
+        let j = &mut self.jobs[job];
+        if j.state == JobState::Waiting {
+            self.pending += 1;
+            if self.plan.releases[job].is_some() {
+                self.owed += 1;
+            }
+        }
+        j.state = JobState::Running;
+        let attempt = j.attempts;
+        j.attempts += 1;
+        out.push(Command {
+            op: Op::Start,
+            job: job as u32,
+            attempt,
+            arg: self.plan.policies[job].timeout(),
+        });
+    }
+
+    #[inline]
+    fn launch_release(&mut self, i: usize, out: &mut Vec<Command>) {
+        let n = self.jobs.len();
+        let r = &mut self.rels[i];
+        if r.state == JobState::Waiting {
+            self.pending += 1;
+        }
+        r.state = JobState::Running;
+        let attempt = r.attempts;
+        r.attempts += 1;
+        let timeout = self.plan.releases[i].and_then(|p| p.timeout());
+        out.push(Command {
+            op: Op::Start,
+            job: (n + i) as u32,
+            attempt,
+            arg: timeout,
+        });
+    }
+
+    fn abort(&mut self, out: &mut Vec<Command>) {
+        self.aborted = true;
+        for (i, j) in self.jobs.iter_mut().enumerate() {
+            match j.state {
+                JobState::Running => {
+                    j.state = JobState::Cancelling;
+                    out.push(Command {
+                        op: Op::Cancel,
+                        job: i as u32,
+                        attempt: j.attempts - 1,
+                        arg: None,
+                    });
+                }
+                JobState::Sleeping => {
+                    j.state = JobState::Stopped;
+                    self.pending -= 1;
+                    out.push(Command {
+                        op: Op::StopSleep,
+                        job: i as u32,
+                        attempt: j.attempts - 1,
+                        arg: None,
+                    });
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Begin the forward phase: START every node with no active dependency.
+    pub fn start(&mut self, out: &mut Vec<Command>) -> Result<(), RunError> {
+        if self.phase != Phase::Idle {
+            return Err(RunError::AlreadyStarted);
+        }
+        self.phase = Phase::Forward;
+        if self.aborted {
+            return Ok(());
+        }
+        let plan = Arc::clone(&self.plan);
+        for &root in &plan.roots {
+            self.launch(root as usize, out);
+        }
+        Ok(())
+    }
+
+    /// The current attempt of `job` returned (and its value passed the output check).
+    ///
+    /// Ignored for a forward job the core has CANCELled (only `drained` counts for it).
+    pub fn succeeded(&mut self, job: i64, out: &mut Vec<Command>) -> Result<(), RunError> {
+        match self.target("succeeded", job)? {
+            Target::Forward(i) => match self.jobs[i].state {
+                JobState::Running => {
+                    self.jobs[i].state = JobState::Succeeded;
+                    self.pending -= 1;
+                    let plan = Arc::clone(&self.plan);
+                    for &c in plan.consumers.row(i) {
+                        let cj = &mut self.jobs[c as usize];
+                        cj.remaining -= 1;
+                        if cj.remaining == 0 && !self.aborted {
+                            self.launch(c as usize, out);
+                        }
+                    }
+                    Ok(())
+                }
+                JobState::Cancelling | JobState::Drained => Ok(()),
+                _ => Err(self.wrong("succeeded", &Target::Forward(i))),
+            },
+            Target::Release(i) => match self.rels[i].state {
+                JobState::Running => {
+                    self.rels[i].state = JobState::Succeeded;
+                    self.pending -= 1;
+                    self.release_done(i, out);
+                    Ok(())
+                }
+                _ => Err(self.wrong("succeeded", &Target::Release(i))),
+            },
+        }
+    }
+
+    /// The current attempt of `job` failed; `retryable` says whether the exception is in
+    /// the job's retryable set. A job that fails for good aborts the forward phase (for a
+    /// forward job) or completes its release (for a release job).
+    ///
+    /// Ignored for a forward job the core has CANCELled (only `drained` counts for it).
+    pub fn failed(
+        &mut self,
+        job: i64,
+        retryable: bool,
+        out: &mut Vec<Command>,
+    ) -> Result<(), RunError> {
+        match self.target("failed", job)? {
+            Target::Forward(i) => match self.jobs[i].state {
+                JobState::Running => {
+                    let policy = self.plan.policies[i];
+                    let attempt = self.jobs[i].attempts - 1;
+                    if !self.aborted && policy.may_retry(attempt, retryable) {
+                        let delay = self.jitter(&policy, attempt);
+                        self.jobs[i].state = JobState::Sleeping;
+                        out.push(Command {
+                            op: Op::Sleep,
+                            job: i as u32,
+                            attempt,
+                            arg: Some(delay),
+                        });
+                    } else {
+                        self.jobs[i].state = JobState::Failed;
+                        self.pending -= 1;
+                        if !self.aborted {
+                            self.abort(out);
+                        }
+                    }
+                    Ok(())
+                }
+                JobState::Cancelling | JobState::Drained => Ok(()),
+                _ => Err(self.wrong("failed", &Target::Forward(i))),
+            },
+            Target::Release(i) => match self.rels[i].state {
+                JobState::Running => {
+                    let policy = self.plan.releases[i].unwrap_or_default();
+                    let attempt = self.rels[i].attempts - 1;
+                    if policy.may_retry(attempt, retryable) {
+                        let delay = self.jitter(&policy, attempt);
+                        self.rels[i].state = JobState::Sleeping;
+                        out.push(Command {
+                            op: Op::Sleep,
+                            job: (self.jobs.len() + i) as u32,
+                            attempt,
+                            arg: Some(delay),
+                        });
+                    } else {
+                        self.rels[i].state = JobState::Failed;
+                        self.pending -= 1;
+                        self.release_done(i, out);
+                    }
+                    Ok(())
+                }
+                _ => Err(self.wrong("failed", &Target::Release(i))),
+            },
+        }
+    }
+
+    /// The retry wait of `job` is over: START its next attempt.
+    ///
+    /// Ignored after the core dropped the wait (STOP_SLEEP).
+    pub fn elapsed(&mut self, job: i64, out: &mut Vec<Command>) -> Result<(), RunError> {
+        match self.target("elapsed", job)? {
+            Target::Forward(i) => match self.jobs[i].state {
+                JobState::Sleeping => {
+                    self.launch(i, out);
+                    Ok(())
+                }
+                JobState::Stopped => Ok(()),
+                _ => Err(self.wrong("elapsed", &Target::Forward(i))),
+            },
+            Target::Release(i) => match self.rels[i].state {
+                JobState::Sleeping => {
+                    self.launch_release(i, out);
+                    Ok(())
+                }
+                _ => Err(self.wrong("elapsed", &Target::Release(i))),
+            },
+        }
+    }
+
+    /// A job the core CANCELled has ended, whatever its outcome. Repeats are ignored.
+    pub fn drained(&mut self, job: i64, _out: &mut Vec<Command>) -> Result<(), RunError> {
+        match self.target("drained", job)? {
+            Target::Forward(i) => match self.jobs[i].state {
+                JobState::Cancelling => {
+                    self.jobs[i].state = JobState::Drained;
+                    self.pending -= 1;
+                    Ok(())
+                }
+                JobState::Drained => Ok(()),
+                _ => Err(self.wrong("drained", &Target::Forward(i))),
+            },
+            t @ Target::Release(_) => Err(self.wrong("drained", &t)),
+        }
+    }
+
+    /// A START of `job` was never carried out (its task was cancelled before the call
+    /// began). The attempt is not counted; for attempt 0 of an owned forward job this
+    /// withdraws the release obligation.
+    ///
+    /// For a CANCELled forward job this ends it like `drained` (a later `drained` is
+    /// ignored). For a running forward job (not cancelled by the core) it ends the job and
+    /// aborts the forward phase, as the node can no longer produce its value. For a
+    /// release it completes the release (nothing ran, no retry).
+    pub fn unstarted(&mut self, job: i64, out: &mut Vec<Command>) -> Result<(), RunError> {
+        match self.target("unstarted", job)? {
+            Target::Forward(i) => match self.jobs[i].state {
+                JobState::Running | JobState::Cancelling => {
+                    let was_running = self.jobs[i].state == JobState::Running;
+                    self.withdraw(i);
+                    self.jobs[i].state = JobState::Drained;
+                    self.pending -= 1;
+                    if was_running && !self.aborted {
+                        self.abort(out);
+                    }
+                    Ok(())
+                }
+                JobState::Drained => Ok(()),
+                _ => Err(self.wrong("unstarted", &Target::Forward(i))),
+            },
+            Target::Release(i) => match self.rels[i].state {
+                JobState::Running => {
+                    self.rels[i].attempts -= 1;
+                    self.rels[i].state = JobState::Unstarted;
+                    self.pending -= 1;
+                    self.release_done(i, out);
+                    Ok(())
+                }
+                _ => Err(self.wrong("unstarted", &Target::Release(i))),
+            },
+        }
+    }
+
+    fn withdraw(&mut self, i: usize) {
+        let j = &mut self.jobs[i];
+        j.attempts -= 1;
+        if j.attempts == 0 && self.plan.releases[i].is_some() {
+            self.owed -= 1;
+        }
+    }
+
+    /// Caller cancellation (or abort) of the forward phase: CANCEL running forward jobs,
+    /// STOP_SLEEP waiting ones, start nothing new. Idempotent; no effect once shutdown began.
+    pub fn cancel(&mut self, out: &mut Vec<Command>) {
+        if self.phase != Phase::Shutdown && !self.aborted {
+            self.abort(out);
+        }
+    }
+
+    /// End of the forward phase: START the first releases. Requires `pending == 0`.
+    ///
+    /// A release is owed for every owned node whose first attempt started; it starts once
+    /// every consumer of its node has completed, where a node completes when all its
+    /// consumers have completed and, if it owes a release, that release has completed.
+    pub fn begin_shutdown(&mut self, out: &mut Vec<Command>) -> Result<(), RunError> {
+        if self.phase == Phase::Shutdown {
+            return Err(RunError::ShutdownBegun);
+        }
+        if self.pending != 0 {
+            return Err(RunError::NotQuiescent {
+                pending: self.pending,
+            });
+        }
+        self.phase = Phase::Shutdown;
+        if self.owed == 0 {
+            return Ok(());
+        }
+        let n = self.jobs.len();
+        let plan = Arc::clone(&self.plan);
+        self.rels = (0..n)
+            .map(|i| Job {
+                state: if plan.releases[i].is_some() && self.jobs[i].attempts > 0 {
+                    JobState::Waiting
+                } else {
+                    JobState::NotOwed
+                },
+                attempts: 0,
+                remaining: 0,
+            })
+            .collect();
+        self.outstanding = self.owed;
+        let mut ready: Vec<u32> = Vec::new();
+        for i in 0..n {
+            let c = plan.consumers.row_len(i);
+            self.jobs[i].remaining = c;
+            if c == 0 {
+                ready.push(i as u32);
+            }
+        }
+        // Nodes are made ready leaves-first; propagate from every leaf.
+        let mut complete: Vec<u32> = Vec::new();
+        for &i in &ready {
+            self.make_ready(i as usize, &mut complete, out);
+        }
+        self.propagate(&mut complete, out);
+        Ok(())
+    }
+
+    #[inline]
+    fn make_ready(&mut self, i: usize, complete: &mut Vec<u32>, out: &mut Vec<Command>) {
+        if self.rels[i].state == JobState::Waiting {
+            self.launch_release(i, out);
+        } else {
+            complete.push(i as u32);
+        }
+    }
+
+    fn propagate(&mut self, complete: &mut Vec<u32>, out: &mut Vec<Command>) {
+        let plan = Arc::clone(&self.plan);
+        while let Some(i) = complete.pop() {
+            for &d in plan.deps.row(i as usize) {
+                let dj = &mut self.jobs[d as usize];
+                dj.remaining -= 1;
+                if dj.remaining == 0 {
+                    self.make_ready(d as usize, complete, out);
+                }
+            }
+        }
+    }
+
+    fn release_done(&mut self, i: usize, out: &mut Vec<Command>) {
+        self.outstanding -= 1;
+        let mut complete = vec![i as u32];
+        self.propagate(&mut complete, out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Graph, NodeDef};
+
+    fn plan(nodes: Vec<NodeDef>, finals: &[&str]) -> Arc<Plan> {
+        Arc::new(
+            Graph::new(nodes)
+                .unwrap()
+                .select(finals, &[] as &[&str])
+                .unwrap(),
+        )
+    }
+
+    fn start(job: u32, attempt: u32, timeout: Option<f64>) -> Command {
+        Command {
+            op: Op::Start,
+            job,
+            attempt,
+            arg: timeout,
+        }
+    }
+
+    fn cmd(op: Op, job: u32, attempt: u32) -> Command {
+        Command {
+            op,
+            job,
+            attempt,
+            arg: None,
+        }
+    }
+
+    fn retrying(retries: u32) -> Policy {
+        Policy::new(Some(5.0), retries, 0.5, 2.0).unwrap()
+    }
+
+    #[test]
+    fn chain_runs_in_order() {
+        let p = plan(
+            vec![
+                NodeDef::new("a", &["x"]),
+                NodeDef::new("b", &["a"]),
+                NodeDef::new("c", &["b"]),
+            ],
+            &["c"],
+        );
+        let mut r = Run::new(p, Some(1));
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        assert_eq!(out, [start(0, 0, None)]);
+        assert_eq!(r.pending(), 1);
+        out.clear();
+        r.succeeded(0, &mut out).unwrap();
+        assert_eq!(out, [start(1, 0, None)]);
+        out.clear();
+        r.succeeded(1, &mut out).unwrap();
+        r.succeeded(2, &mut out).unwrap();
+        assert_eq!(out, [start(2, 0, None)]);
+        assert_eq!(r.pending(), 0);
+        assert_eq!(r.succeeded_jobs(), [0, 1, 2]);
+        assert!(!r.finished());
+        out.clear();
+        r.begin_shutdown(&mut out).unwrap();
+        assert!(out.is_empty());
+        assert!(r.finished());
+    }
+
+    #[test]
+    fn fan_out_starts_together_and_joins() {
+        let p = plan(
+            vec![
+                NodeDef::new("src", &[]),
+                NodeDef::new("l", &["src"]),
+                NodeDef::new("r", &["src"]),
+                NodeDef::new("join", &["l", "r"]),
+            ],
+            &["join"],
+        );
+        let (l, r_, join) = (
+            p.index("l").unwrap(),
+            p.index("r").unwrap(),
+            p.index("join").unwrap(),
+        );
+        let mut r = Run::new(p, None);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        out.clear();
+        r.succeeded(0, &mut out).unwrap();
+        let mut started: Vec<u32> = out.iter().map(|c| c.job).collect();
+        started.sort();
+        assert_eq!(started, [l.min(r_), l.max(r_)]);
+        assert_eq!(r.pending(), 2);
+        out.clear();
+        r.succeeded(l as i64, &mut out).unwrap();
+        assert!(out.is_empty());
+        r.succeeded(r_ as i64, &mut out).unwrap();
+        assert_eq!(out, [start(join, 0, None)]);
+    }
+
+    #[test]
+    fn retries_sleep_with_jitter_then_fail_for_good() {
+        let p = plan(
+            vec![
+                NodeDef::new("a", &[]).with_policy(retrying(2)),
+                NodeDef::new("b", &[]),
+            ],
+            &["a", "b"],
+        );
+        let mut r = Run::new(p, Some(42));
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        assert_eq!(out, [start(0, 0, Some(5.0)), start(1, 0, None)]);
+        out.clear();
+        r.failed(0, true, &mut out).unwrap();
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].op, out[0].job, out[0].attempt), (Op::Sleep, 0, 0));
+        let d = out[0].arg.unwrap();
+        assert!((0.25..=0.5).contains(&d), "{d}");
+        assert_eq!(r.pending(), 2);
+        out.clear();
+        r.elapsed(0, &mut out).unwrap();
+        assert_eq!(out, [start(0, 1, Some(5.0))]);
+        out.clear();
+        r.failed(0, true, &mut out).unwrap();
+        let d = out[0].arg.unwrap();
+        assert!((0.5..=1.0).contains(&d), "{d}");
+        out.clear();
+        r.elapsed(0, &mut out).unwrap();
+        out.clear();
+        r.failed(0, true, &mut out).unwrap();
+        // third failure: retries exhausted; b is cancelled
+        assert_eq!(out, [cmd(Op::Cancel, 1, 0)]);
+        assert!(r.aborted());
+        assert_eq!(r.attempts(0).unwrap(), 3);
+        assert_eq!(r.pending(), 1);
+        assert!(matches!(
+            r.begin_shutdown(&mut out),
+            Err(RunError::NotQuiescent { pending: 1 })
+        ));
+        out.clear();
+        // a late success of the cancelled job is ignored; drained ends it
+        r.succeeded(1, &mut out).unwrap();
+        assert_eq!(r.pending(), 1);
+        r.drained(1, &mut out).unwrap();
+        r.drained(1, &mut out).unwrap();
+        assert_eq!(r.pending(), 0);
+        assert!(out.is_empty());
+        assert!(r.succeeded_jobs().is_empty());
+    }
+
+    #[test]
+    fn nonretryable_failure_stops_sleepers_and_starts_nothing() {
+        let p = plan(
+            vec![
+                NodeDef::new("a", &[]).with_policy(retrying(3)),
+                NodeDef::new("b", &[]),
+                NodeDef::new("c", &["b"]),
+            ],
+            &["a", "c"],
+        );
+        let mut r = Run::new(p, Some(0));
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        out.clear();
+        r.failed(0, true, &mut out).unwrap();
+        assert_eq!(out[0].op, Op::Sleep);
+        out.clear();
+        r.failed(1, false, &mut out).unwrap();
+        assert_eq!(out, [cmd(Op::StopSleep, 0, 0)]);
+        assert_eq!(r.pending(), 0);
+        out.clear();
+        r.elapsed(0, &mut out).unwrap(); // stale timer: ignored
+        assert!(out.is_empty());
+        assert_eq!(r.state(2), Some(JobState::Waiting));
+        r.cancel(&mut out);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn cancel_is_idempotent_and_start_after_cancel_starts_nothing() {
+        let p = plan(vec![NodeDef::new("a", &[])], &["a"]);
+        let mut r = Run::new(Arc::clone(&p), None);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        out.clear();
+        r.cancel(&mut out);
+        assert_eq!(out, [cmd(Op::Cancel, 0, 0)]);
+        out.clear();
+        r.cancel(&mut out);
+        assert!(out.is_empty());
+        assert!(r.aborted());
+
+        let mut r = Run::new(p, None);
+        r.cancel(&mut out);
+        r.start(&mut out).unwrap();
+        assert!(out.is_empty());
+        assert_eq!(r.pending(), 0);
+        r.begin_shutdown(&mut out).unwrap();
+        assert!(r.finished());
+    }
+
+    #[test]
+    fn misuse_is_an_error_and_changes_nothing() {
+        let p = plan(
+            vec![NodeDef::new("a", &[]), NodeDef::new("b", &["a"])],
+            &["b"],
+        );
+        let mut r = Run::new(p, None);
+        let mut out = Vec::new();
+        assert_eq!(
+            r.succeeded(0, &mut out).unwrap_err().to_string(),
+            "Run.succeeded: job 0 (node 'a') is waiting"
+        );
+        r.start(&mut out).unwrap();
+        assert_eq!(r.start(&mut out), Err(RunError::AlreadyStarted));
+        out.clear();
+        assert!(matches!(
+            r.succeeded(2, &mut out),
+            Err(RunError::UnknownJob { job: 2, .. })
+        ));
+        assert!(r.succeeded(-1, &mut out).is_err());
+        assert!(r.succeeded(1, &mut out).is_err());
+        assert!(r.elapsed(0, &mut out).is_err());
+        assert!(r.drained(0, &mut out).is_err());
+        assert!(r.attempts(4).is_err());
+        assert_eq!(r.attempts(3).unwrap(), 0);
+        assert!(out.is_empty());
+        r.succeeded(0, &mut out).unwrap();
+        assert!(r.succeeded(0, &mut out).is_err());
+    }
+
+    #[test]
+    fn unstarted_withdraws_the_release_obligation() {
+        let p = plan(
+            vec![
+                NodeDef::new("conn", &[]).owned(Policy::default()),
+                NodeDef::new("boom", &[]),
+            ],
+            &["conn", "boom"],
+        );
+        let mut r = Run::new(p, None);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        assert!(r.started(0).unwrap());
+        out.clear();
+        r.failed(1, false, &mut out).unwrap();
+        assert_eq!(out, [cmd(Op::Cancel, 0, 0)]);
+        r.unstarted(0, &mut out).unwrap();
+        r.drained(0, &mut out).unwrap(); // second report ignored
+        assert!(!r.started(0).unwrap());
+        assert_eq!(r.pending(), 0);
+        out.clear();
+        r.begin_shutdown(&mut out).unwrap();
+        assert!(out.is_empty());
+        assert!(r.finished());
+    }
+
+    #[test]
+    fn shutdown_releases_in_dependency_order() {
+        // conn <- tx <- query, and an unrelated owned `cache`
+        let p = plan(
+            vec![
+                NodeDef::new("conn", &[]).owned(Policy::new(Some(2.0), 0, 1.0, 2.0).unwrap()),
+                NodeDef::new("tx", &["conn"]).owned(Policy::default()),
+                NodeDef::new("query", &["tx"]),
+                NodeDef::new("cache", &[]).owned(Policy::default()),
+            ],
+            &["query", "cache"],
+        );
+        let n = p.len() as u32;
+        let idx = |s: &str| p.index(s).unwrap();
+        let (conn, tx, query, cache) = (idx("conn"), idx("tx"), idx("query"), idx("cache"));
+        let mut r = Run::new(Arc::clone(&p), None);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        for j in [conn, cache, tx, query] {
+            r.succeeded(j as i64, &mut out).unwrap();
+        }
+        out.clear();
+        r.begin_shutdown(&mut out).unwrap();
+        let mut first: Vec<u32> = out.iter().map(|c| c.job).collect();
+        first.sort();
+        let mut expect = vec![n + tx, n + cache];
+        expect.sort();
+        assert_eq!(first, expect);
+        assert!(!r.finished());
+        assert_eq!(r.pending(), 2);
+        out.clear();
+        r.failed((n + tx) as i64, false, &mut out).unwrap();
+        assert_eq!(out, [start(n + conn, 0, Some(2.0))]);
+        out.clear();
+        r.cancel(&mut out); // no effect during shutdown
+        assert!(out.is_empty());
+        r.succeeded((n + conn) as i64, &mut out).unwrap();
+        assert!(!r.finished());
+        r.succeeded((n + cache) as i64, &mut out).unwrap();
+        assert!(r.finished());
+        assert_eq!(r.pending(), 0);
+        assert!(out.is_empty());
+        assert_eq!(r.state(n + tx), Some(JobState::Failed));
+    }
+
+    #[test]
+    fn release_retries_under_its_own_policy() {
+        let p = plan(
+            vec![NodeDef::new("conn", &[]).owned(Policy::new(None, 1, 0.0, 2.0).unwrap())],
+            &["conn"],
+        );
+        let mut r = Run::new(p, None);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        r.failed(0, true, &mut out).unwrap(); // forward: no retries
+        assert!(r.aborted());
+        out.clear();
+        r.begin_shutdown(&mut out).unwrap();
+        assert_eq!(out, [start(1, 0, None)]);
+        out.clear();
+        r.failed(1, true, &mut out).unwrap();
+        assert_eq!(
+            out,
+            [Command {
+                op: Op::Sleep,
+                job: 1,
+                attempt: 0,
+                arg: Some(0.0)
+            }]
+        );
+        out.clear();
+        r.elapsed(1, &mut out).unwrap();
+        assert_eq!(out, [start(1, 1, None)]);
+        out.clear();
+        r.failed(1, true, &mut out).unwrap();
+        assert!(out.is_empty());
+        assert!(r.finished());
+        assert_eq!(r.attempts(1).unwrap(), 2);
+        assert!(r.begin_shutdown(&mut out).is_err());
+    }
+
+    #[test]
+    fn seeded_runs_are_reproducible() {
+        let p = plan(
+            vec![NodeDef::new("a", &[]).with_policy(retrying(5))],
+            &["a"],
+        );
+        let delays = |seed| {
+            let mut r = Run::new(Arc::clone(&p), Some(seed));
+            let mut out = Vec::new();
+            let mut ds = Vec::new();
+            r.start(&mut out).unwrap();
+            for _ in 0..5 {
+                out.clear();
+                r.failed(0, true, &mut out).unwrap();
+                ds.push(out[0].arg.unwrap());
+                r.elapsed(0, &mut out).unwrap();
+            }
+            ds
+        };
+        assert_eq!(delays(3), delays(3));
+        assert_ne!(delays(3), delays(4));
+    }
+}

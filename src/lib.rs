@@ -1,0 +1,756 @@
+//! Thin PyO3 bindings over `sdax-core`: module `sdax_hamilton._core`.
+//!
+//! All scheduling logic lives in the core crate; this layer only converts Python values,
+//! applies the Python-type rules of SPEC 2.2 and maps core errors onto Python exceptions
+//! (`ValueError` for graph/selection errors, `RuntimeError` for run-protocol misuse).
+
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+
+use pyo3::basic::CompareOp;
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyFloat, PyFrozenSet, PyInt, PyList, PyString, PyTuple, PyType};
+
+use sdax_core::{Command, Graph, NodeDef, Plan, Policy, Run};
+
+const MODULE: &str = "sdax_hamilton._core";
+
+/// `repr(obj)` for messages; falls back to the type name when `repr` itself fails (the
+/// error being reported must not be replaced by an error of the value's `__repr__`).
+fn safe_repr(obj: &Bound<'_, PyAny>) -> String {
+    match obj.repr() {
+        Ok(s) => {
+            let s = s.to_string();
+            if s.chars().count() > 200 {
+                let cut: String = s.chars().take(200).collect();
+                format!("{cut}...")
+            } else {
+                s
+            }
+        }
+        Err(_) => format!("<{} object>", type_name(obj)),
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    obj.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".to_owned())
+}
+
+/// `type(obj) in (int, float)`: bool and other subclasses excluded.
+fn is_plain_number(obj: &Bound<'_, PyAny>) -> bool {
+    obj.is_exact_instance_of::<PyInt>() || obj.is_exact_instance_of::<PyFloat>()
+}
+
+/// A plain int/float as f64; an int too large for a float counts as infinite.
+fn number_value(obj: &Bound<'_, PyAny>) -> f64 {
+    obj.extract::<f64>().unwrap_or(f64::INFINITY)
+}
+
+fn check_number(
+    obj: &Bound<'_, PyAny>,
+    name: &str,
+    requirement: &str,
+    ok: impl Fn(f64) -> bool,
+) -> PyResult<f64> {
+    if !is_plain_number(obj) {
+        return Err(PyTypeError::new_err(format!(
+            "Invalid {name}: {} ({}); {requirement}",
+            safe_repr(obj),
+            type_name(obj)
+        )));
+    }
+    let v = number_value(obj);
+    if !ok(v) {
+        return Err(PyValueError::new_err(format!(
+            "Invalid {name}: {}; {requirement}",
+            safe_repr(obj)
+        )));
+    }
+    Ok(v)
+}
+
+const RETRIES_REQ: &str = "retries must be a nonnegative integer";
+const TIMEOUT_REQ: &str = "timeout must be a finite number greater than 0 or None";
+const DELAY_REQ: &str = "initial_delay must be a finite number greater than or equal to 0";
+const FACTOR_REQ: &str = "backoff_factor must be a finite number greater than 0";
+const SET_REQ: &str = "retryable_exceptions must be a nonempty tuple of exception classes";
+const MEMBER_REQ: &str = "retryable_exceptions must contain exception classes";
+const NEVER_RETRYABLE: &str = "External cancellation and process termination cannot be retryable";
+
+static CANCELLED_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+fn validate_retryable<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let py = obj.py();
+    if obj.is_none() {
+        return Ok(None);
+    }
+    let Ok(tuple) = obj.cast::<PyTuple>() else {
+        return Err(PyTypeError::new_err(format!(
+            "Invalid retryable_exceptions: {} ({}); {SET_REQ} or None",
+            safe_repr(obj),
+            type_name(obj)
+        )));
+    };
+    if tuple.is_empty() {
+        return Err(PyValueError::new_err(format!(
+            "Invalid retryable_exceptions: (); {SET_REQ} or None"
+        )));
+    }
+    let base = py.get_type::<pyo3::exceptions::PyBaseException>();
+    for member in tuple.iter() {
+        let is_exception_class = match member.cast::<PyType>() {
+            Ok(t) => t.is_subclass(base.as_any())?,
+            Err(_) => false,
+        };
+        if !is_exception_class {
+            return Err(PyTypeError::new_err(format!(
+                "Invalid retryable_exceptions member: {} ({}); {MEMBER_REQ}",
+                safe_repr(&member),
+                type_name(&member)
+            )));
+        }
+    }
+    let cancelled = CANCELLED_ERROR.import(py, "asyncio", "CancelledError")?;
+    let interrupt = py.get_type::<pyo3::exceptions::PyKeyboardInterrupt>();
+    let exit = py.get_type::<pyo3::exceptions::PySystemExit>();
+    for member in tuple.iter() {
+        for never in [cancelled, &interrupt, &exit] {
+            if never.is_subclass(&member)? {
+                return Err(PyValueError::new_err(format!(
+                    "Invalid retryable_exceptions member: {}; {NEVER_RETRYABLE} \
+                     (a retryable class must not be, or be a superclass of, \
+                     CancelledError, KeyboardInterrupt or SystemExit)",
+                    safe_repr(&member)
+                )));
+            }
+        }
+    }
+    // A plain tuple copy (the argument may be a tuple subclass).
+    Ok(Some(PyTuple::new(py, tuple.iter())?))
+}
+
+/// A validated attempt policy (SPEC 2.2).
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "Policy")]
+struct PyPolicy {
+    core: Policy,
+    /// The retries value as given (the core saturates at `u32::MAX`).
+    retries: Py<PyInt>,
+    retryable: Option<Py<PyTuple>>,
+}
+
+#[pymethods]
+impl PyPolicy {
+    #[new]
+    #[pyo3(signature = (*, timeout=None, retries=None, retryable_exceptions=None, initial_delay=None, backoff_factor=None))]
+    fn py_new(
+        py: Python<'_>,
+        timeout: Option<&Bound<'_, PyAny>>,
+        retries: Option<&Bound<'_, PyAny>>,
+        retryable_exceptions: Option<&Bound<'_, PyAny>>,
+        initial_delay: Option<&Bound<'_, PyAny>>,
+        backoff_factor: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Self> {
+        // retries
+        let (retries_obj, retries_core) = match retries {
+            None => (0u32.into_pyobject(py)?.cast_into::<PyInt>()?, 0u32),
+            Some(r) => {
+                if !r.is_exact_instance_of::<PyInt>() {
+                    return Err(PyTypeError::new_err(format!(
+                        "Invalid retries: {} ({}); {RETRIES_REQ}",
+                        safe_repr(r),
+                        type_name(r)
+                    )));
+                }
+                if r.lt(0)? {
+                    return Err(PyValueError::new_err(format!(
+                        "Invalid retries: {}; {RETRIES_REQ}",
+                        safe_repr(r)
+                    )));
+                }
+                let v = r.extract::<u32>().unwrap_or(u32::MAX);
+                (r.cast::<PyInt>()?.clone(), v)
+            }
+        };
+        // timeout
+        let timeout_v = match timeout {
+            Some(t) if !t.is_none() => Some(check_number(t, "timeout", TIMEOUT_REQ, |v| {
+                v.is_finite() && v > 0.0
+            })?),
+            _ => None,
+        };
+        let delay_v = match initial_delay {
+            None => 1.0,
+            Some(d) => check_number(d, "initial_delay", DELAY_REQ, |v| v.is_finite() && v >= 0.0)?,
+        };
+        let factor_v = match backoff_factor {
+            None => 2.0,
+            Some(b) => check_number(b, "backoff_factor", FACTOR_REQ, |v| {
+                v.is_finite() && v > 0.0
+            })?,
+        };
+        let retryable = match retryable_exceptions {
+            None => None,
+            Some(e) => validate_retryable(e)?.map(Bound::unbind),
+        };
+        let core = Policy::new(timeout_v, retries_core, delay_v, factor_v)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(PyPolicy {
+            core,
+            retries: retries_obj.unbind(),
+            retryable,
+        })
+    }
+
+    #[getter]
+    fn timeout(&self) -> Option<f64> {
+        self.core.timeout()
+    }
+
+    #[getter]
+    fn retries(&self, py: Python<'_>) -> Py<PyInt> {
+        self.retries.clone_ref(py)
+    }
+
+    #[getter]
+    fn retryable_exceptions(&self, py: Python<'_>) -> Option<Py<PyTuple>> {
+        self.retryable.as_ref().map(|t| t.clone_ref(py))
+    }
+
+    #[getter]
+    fn initial_delay(&self) -> f64 {
+        self.core.initial_delay()
+    }
+
+    #[getter]
+    fn backoff_factor(&self) -> f64 {
+        self.core.backoff_factor()
+    }
+
+    /// `(low, high)` of the wait before retry `retry` (0-based).
+    fn delay_bounds(&self, retry: &Bound<'_, PyAny>) -> PyResult<(f64, f64)> {
+        if !retry.is_instance_of::<PyInt>() || retry.lt(0)? {
+            return Err(PyValueError::new_err(format!(
+                "Invalid retry: {}; retry must be a nonnegative integer",
+                safe_repr(retry)
+            )));
+        }
+        let k = retry.extract::<u32>().unwrap_or(u32::MAX);
+        Ok(self.core.delay_bounds(k))
+    }
+
+    fn __richcmp__(&self, other: &Bound<'_, PyAny>, op: CompareOp) -> PyResult<Py<PyAny>> {
+        let py = other.py();
+        let Ok(other) = other.cast::<PyPolicy>() else {
+            return Ok(py.NotImplemented());
+        };
+        let other = other.get();
+        let eq = match op {
+            CompareOp::Eq | CompareOp::Ne => {
+                self.core == other.core
+                    && self
+                        .retries
+                        .bind(py)
+                        .as_any()
+                        .eq(other.retries.bind(py).as_any())?
+                    && match (&self.retryable, &other.retryable) {
+                        (None, None) => true,
+                        (Some(a), Some(b)) => a.bind(py).as_any().eq(b.bind(py).as_any())?,
+                        _ => false,
+                    }
+            }
+            _ => return Ok(py.NotImplemented()),
+        };
+        let result = if matches!(op, CompareOp::Eq) { eq } else { !eq };
+        Ok(pyo3::types::PyBool::new(py, result)
+            .to_owned()
+            .into_any()
+            .unbind())
+    }
+
+    fn __hash__(&self, py: Python<'_>) -> PyResult<isize> {
+        let key = PyTuple::new(
+            py,
+            [
+                self.core.timeout().into_pyobject(py)?.into_any(),
+                self.retries.bind(py).clone().into_any(),
+                self.core.initial_delay().into_pyobject(py)?.into_any(),
+                self.core.backoff_factor().into_pyobject(py)?.into_any(),
+                match &self.retryable {
+                    Some(t) => t.bind(py).clone().into_any(),
+                    None => py.None().into_bound(py),
+                },
+            ],
+        )?;
+        key.hash()
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let timeout = match self.core.timeout() {
+            Some(t) => safe_repr(&PyFloat::new(py, t).into_any()),
+            None => "None".to_owned(),
+        };
+        let retryable = match &self.retryable {
+            Some(t) => {
+                let names: Vec<String> = t
+                    .bind(py)
+                    .iter()
+                    .map(|c| match c.cast::<PyType>() {
+                        Ok(t) => t
+                            .qualname()
+                            .map(|q| q.to_string())
+                            .unwrap_or_else(|_| "?".to_owned()),
+                        Err(_) => "?".to_owned(),
+                    })
+                    .collect();
+                if names.len() == 1 {
+                    format!("({},)", names[0])
+                } else {
+                    format!("({})", names.join(", "))
+                }
+            }
+            None => "None".to_owned(),
+        };
+        format!(
+            "Policy(timeout={timeout}, retries={}, retryable_exceptions={retryable}, \
+             initial_delay={}, backoff_factor={})",
+            safe_repr(self.retries.bind(py).as_any()),
+            safe_repr(&PyFloat::new(py, self.core.initial_delay()).into_any()),
+            safe_repr(&PyFloat::new(py, self.core.backoff_factor()).into_any()),
+        )
+    }
+
+    fn __copy__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __deepcopy__(slf: Py<Self>, _memo: &Bound<'_, PyAny>) -> Py<Self> {
+        slf
+    }
+
+    fn __reduce__<'py>(
+        slf: &Bound<'py, Self>,
+    ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyTuple>)> {
+        let py = slf.py();
+        let this = slf.get();
+        let module = py.import(MODULE)?;
+        let make = module.getattr("_make_policy")?;
+        let args = PyTuple::new(
+            py,
+            [
+                this.core.timeout().into_pyobject(py)?.into_any(),
+                this.retries.bind(py).clone().into_any(),
+                match &this.retryable {
+                    Some(t) => t.bind(py).clone().into_any(),
+                    None => py.None().into_bound(py),
+                },
+                this.core.initial_delay().into_pyobject(py)?.into_any(),
+                this.core.backoff_factor().into_pyobject(py)?.into_any(),
+            ],
+        )?;
+        Ok((make, args))
+    }
+}
+
+/// Unpickling helper for `Policy` (positional form of the keyword-only constructor).
+#[pyfunction]
+fn _make_policy(
+    py: Python<'_>,
+    timeout: &Bound<'_, PyAny>,
+    retries: &Bound<'_, PyAny>,
+    retryable_exceptions: &Bound<'_, PyAny>,
+    initial_delay: &Bound<'_, PyAny>,
+    backoff_factor: &Bound<'_, PyAny>,
+) -> PyResult<PyPolicy> {
+    PyPolicy::py_new(
+        py,
+        Some(timeout),
+        Some(retries),
+        Some(retryable_exceptions),
+        Some(initial_delay),
+        Some(backoff_factor),
+    )
+}
+
+/// Names from a sequence/collection of `str`; a bare `str` is refused (it would iterate
+/// as characters).
+fn names_of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<String>> {
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be a collection of names, not a string"
+        )));
+    }
+    let mut out = Vec::new();
+    for item in obj.try_iter()? {
+        let item = item?;
+        match item.cast::<PyString>() {
+            Ok(s) => out.push(s.to_str()?.to_owned()),
+            Err(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "{what} must contain str names, got {}",
+                    type_name(&item)
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn node_def(item: &Bound<'_, PyAny>, position: usize) -> PyResult<NodeDef> {
+    let bad = |detail: &str| {
+        PyTypeError::new_err(format!(
+            "Graph node #{position} must be a tuple (name, inputs, borrows, policy, \
+             release_policy): {detail}"
+        ))
+    };
+    let Ok(t) = item.cast::<PyTuple>() else {
+        return Err(bad(&format!("got {}", type_name(item))));
+    };
+    if t.len() != 5 {
+        return Err(bad(&format!("got {} items", t.len())));
+    }
+    let name_obj = t.get_item(0)?;
+    let Ok(name) = name_obj.cast::<PyString>() else {
+        return Err(bad("name is not a str"));
+    };
+    let name = name.to_str()?.to_owned();
+    let inputs = names_of(&t.get_item(1)?, &format!("inputs of node '{name}'"))?;
+    let borrows = names_of(&t.get_item(2)?, &format!("borrows of node '{name}'"))?;
+    let policy_obj = t.get_item(3)?;
+    let Ok(policy) = policy_obj.cast::<PyPolicy>() else {
+        return Err(PyTypeError::new_err(format!(
+            "policy of node '{name}' must be a Policy, got {}",
+            type_name(&policy_obj)
+        )));
+    };
+    let release_obj = t.get_item(4)?;
+    let release = if release_obj.is_none() {
+        None
+    } else {
+        match release_obj.cast::<PyPolicy>() {
+            Ok(p) => Some(p.get().core),
+            Err(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "release policy of node '{name}' must be a Policy or None, got {}",
+                    type_name(&release_obj)
+                )))
+            }
+        }
+    };
+    Ok(NodeDef {
+        name,
+        inputs,
+        borrows,
+        policy: policy.get().core,
+        release,
+    })
+}
+
+/// All nodes of a Driver, compiled once.
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "Graph")]
+struct PyGraph {
+    core: Graph,
+}
+
+#[pymethods]
+impl PyGraph {
+    #[new]
+    fn py_new(nodes: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let mut defs = Vec::new();
+        for (i, item) in nodes.try_iter()?.enumerate() {
+            defs.push(node_def(&item?, i)?);
+        }
+        let core = Graph::new(defs).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(PyGraph { core })
+    }
+
+    fn __len__(&self) -> usize {
+        self.core.len()
+    }
+
+    fn __contains__(&self, name: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match name.cast::<PyString>() {
+            Ok(s) => Ok(self.core.contains(s.to_str()?)),
+            Err(_) => Ok(false),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Graph of {} nodes>", self.core.len())
+    }
+
+    #[pyo3(signature = (final_vars, replaced=None))]
+    fn select(
+        &self,
+        py: Python<'_>,
+        final_vars: &Bound<'_, PyAny>,
+        replaced: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyPlan> {
+        let finals = names_of(final_vars, "final_vars")?;
+        let replaced = match replaced {
+            Some(r) => names_of(r, "replaced")?,
+            None => Vec::new(),
+        };
+        let plan = self
+            .core
+            .select(&finals, &replaced)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        PyPlan::new(py, plan)
+    }
+}
+
+/// The selected, active part of a graph, in a topological order.
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "Plan")]
+struct PyPlan {
+    core: Arc<Plan>,
+    nodes: Py<PyTuple>,
+    reached: Py<PyFrozenSet>,
+    external: Py<PyTuple>,
+}
+
+impl PyPlan {
+    fn new(py: Python<'_>, plan: Plan) -> PyResult<Self> {
+        let nodes = PyTuple::new(py, plan.names())?.unbind();
+        let reached = PyFrozenSet::new(py, plan.reached())?.unbind();
+        let external = PyTuple::new(py, plan.external())?.unbind();
+        Ok(PyPlan {
+            core: Arc::new(plan),
+            nodes,
+            reached,
+            external,
+        })
+    }
+}
+
+#[pymethods]
+impl PyPlan {
+    #[getter]
+    fn nodes(&self, py: Python<'_>) -> Py<PyTuple> {
+        self.nodes.clone_ref(py)
+    }
+
+    #[getter]
+    fn reached(&self, py: Python<'_>) -> Py<PyFrozenSet> {
+        self.reached.clone_ref(py)
+    }
+
+    #[getter]
+    fn external(&self, py: Python<'_>) -> Py<PyTuple> {
+        self.external.clone_ref(py)
+    }
+
+    fn index(&self, name: &Bound<'_, PyAny>) -> PyResult<u32> {
+        let found = match name.cast::<PyString>() {
+            Ok(s) => self.core.index(s.to_str()?),
+            Err(_) => None,
+        };
+        found.ok_or_else(|| PyKeyError::new_err(name.clone().unbind()))
+    }
+
+    fn shutdown_order(&self) -> Vec<Vec<String>> {
+        self.core.shutdown_order()
+    }
+
+    fn __len__(&self) -> usize {
+        self.core.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Plan of {} active nodes>", self.core.len())
+    }
+}
+
+fn run_err(e: sdax_core::RunError) -> PyErr {
+    PyRuntimeError::new_err(e.to_string())
+}
+
+/// Job ids from Python: any int; values outside i64 are simply unknown jobs.
+fn job_id(job: &Bound<'_, PyAny>) -> PyResult<i64> {
+    match job.extract::<i64>() {
+        Ok(j) => Ok(j),
+        Err(e) => {
+            if job.is_instance_of::<PyInt>() {
+                Ok(i64::MIN)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Scheduling state of one execution of a `Plan`.
+#[pyclass(module = "sdax_hamilton._core", name = "Run")]
+struct PyRun {
+    core: Run,
+    out: Vec<Command>,
+}
+
+impl PyRun {
+    fn commands<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let list = PyList::new(
+            py,
+            self.out
+                .iter()
+                .map(|c| (c.op as u8, c.job, c.attempt, c.arg)),
+        );
+        self.out.clear();
+        list
+    }
+}
+
+#[pymethods]
+impl PyRun {
+    #[new]
+    #[pyo3(signature = (plan, seed=None))]
+    fn py_new(plan: &Bound<'_, PyPlan>, seed: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+        let seed = match seed {
+            None => None,
+            Some(s) if s.is_none() => None,
+            Some(s) => {
+                if !s.is_instance_of::<PyInt>() {
+                    return Err(PyTypeError::new_err(format!(
+                        "seed must be an int or None, got {}",
+                        type_name(s)
+                    )));
+                }
+                // Any int: reduced modulo 2**64.
+                let mask = s.py().eval(c"(1 << 64) - 1", None, None)?;
+                Some(s.bitand(mask)?.extract::<u64>()?)
+            }
+        };
+        Ok(PyRun {
+            core: Run::new(Arc::clone(&plan.get().core), seed),
+            out: Vec::with_capacity(8),
+        })
+    }
+
+    fn start<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.core.start(&mut self.out).map_err(run_err)?;
+        self.commands(py)
+    }
+
+    fn succeeded<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.core
+            .succeeded(job_id(job)?, &mut self.out)
+            .map_err(run_err)?;
+        self.commands(py)
+    }
+
+    fn failed<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+        retryable: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.core
+            .failed(job_id(job)?, retryable, &mut self.out)
+            .map_err(run_err)?;
+        self.commands(py)
+    }
+
+    fn elapsed<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.core
+            .elapsed(job_id(job)?, &mut self.out)
+            .map_err(run_err)?;
+        self.commands(py)
+    }
+
+    fn drained<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.core
+            .drained(job_id(job)?, &mut self.out)
+            .map_err(run_err)?;
+        self.commands(py)
+    }
+
+    fn unstarted<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.core
+            .unstarted(job_id(job)?, &mut self.out)
+            .map_err(run_err)?;
+        self.commands(py)
+    }
+
+    fn cancel<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.core.cancel(&mut self.out);
+        self.commands(py)
+    }
+
+    fn begin_shutdown<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.core.begin_shutdown(&mut self.out).map_err(run_err)?;
+        self.commands(py)
+    }
+
+    #[getter]
+    fn pending(&self) -> u32 {
+        self.core.pending()
+    }
+
+    #[getter]
+    fn aborted(&self) -> bool {
+        self.core.aborted()
+    }
+
+    #[getter]
+    fn finished(&self) -> bool {
+        self.core.finished()
+    }
+
+    fn attempts(&self, job: &Bound<'_, PyAny>) -> PyResult<u32> {
+        self.core.attempts(job_id(job)?).map_err(run_err)
+    }
+
+    fn started(&self, job: &Bound<'_, PyAny>) -> PyResult<bool> {
+        self.core.started(job_id(job)?).map_err(run_err)
+    }
+
+    fn succeeded_jobs(&self) -> Vec<u32> {
+        self.core.succeeded_jobs()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<Run of {} jobs: pending={}, aborted={}, finished={}>",
+            self.core.plan().len(),
+            self.core.pending(),
+            self.core.aborted(),
+            self.core.finished()
+        )
+    }
+}
+
+/// Rust core of sdax_hamilton: policy validation and jitter, graph compilation and
+/// selection, and the per-run scheduling state machine.
+#[pymodule]
+fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("START", sdax_core::Op::Start as u8)?;
+    m.add("SLEEP", sdax_core::Op::Sleep as u8)?;
+    m.add("CANCEL", sdax_core::Op::Cancel as u8)?;
+    m.add("STOP_SLEEP", sdax_core::Op::StopSleep as u8)?;
+    m.add_class::<PyPolicy>()?;
+    m.add_class::<PyGraph>()?;
+    m.add_class::<PyPlan>()?;
+    m.add_class::<PyRun>()?;
+    m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
+    Ok(())
+}
