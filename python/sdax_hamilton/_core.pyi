@@ -13,13 +13,17 @@ __version__: Final[str]
 
 # Command opcodes: each command is a tuple ``(op, job, attempt, arg)``.
 #   job     forward job of active node i is ``i``; release job of node i is ``n_nodes + i``
-#   attempt 0-based attempt number of that job (0 for STOP_SLEEP / CANCEL it is the current one)
-#   arg     START: the attempt timeout in seconds, or ``None``; SLEEP: the delay in seconds;
-#           CANCEL / STOP_SLEEP: ``None``
-START: Final[int]  # call the job's function now (attempt ``attempt``)
-SLEEP: Final[int]  # wait ``arg`` seconds, then report ``Run.elapsed(job)``
-CANCEL: Final[int]  # cancel the running attempt of ``job``; report ``Run.drained(job)`` when it ends
-STOP_SLEEP: Final[int]  # drop the pending retry wait of ``job``; report nothing
+#   attempt 0-based attempt number of that job:
+#           START: the attempt to start now;
+#           SLEEP: the attempt that just failed (= the retry index k of the delay formula;
+#                  the attempt started after the wait is k + 1);
+#           CANCEL: the running attempt; STOP_SLEEP: the failed attempt whose wait is dropped
+#   arg     START: the attempt timeout in seconds, or ``None``; SLEEP: the delay in seconds
+#           (always finite, >= 0); CANCEL / STOP_SLEEP: ``None``
+START: Final[int]  # = 0: call the job's function now (attempt ``attempt``)
+SLEEP: Final[int]  # = 1: wait ``arg`` seconds, then report ``Run.elapsed(job)``
+CANCEL: Final[int]  # = 2: cancel the running attempt; report ``Run.drained(job)`` when it ends
+STOP_SLEEP: Final[int]  # = 3: drop the pending retry wait of ``job``; report nothing
 
 Command = tuple[int, int, int, float | None]
 
@@ -31,7 +35,13 @@ class Policy:
     argument and the value. ``retryable_exceptions`` is validated here too (a nonempty tuple
     of ``BaseException`` subclasses, none a superclass of or equal to ``CancelledError``,
     ``KeyboardInterrupt`` or ``SystemExit``); ``None`` stores ``None`` and the caller
-    substitutes the default set.
+    substitutes the default set. A tuple subclass is stored as a plain tuple.
+
+    Checks run in the order retries, timeout, initial_delay, backoff_factor,
+    retryable_exceptions. ``retries`` keeps the int given; the core saturates it at
+    ``2**32 - 1`` (more attempts than can ever run). Delays never overflow: a huge
+    ``initial_delay * backoff_factor**k`` saturates at the largest finite float.
+    Immutable and hashable; ``copy``/``deepcopy`` return the same object; picklable.
     """
 
     def __new__(
@@ -54,7 +64,9 @@ class Policy:
     @property
     def backoff_factor(self) -> float: ...
     def delay_bounds(self, retry: int) -> tuple[float, float]:
-        """``(low, high)`` of the wait before retry ``retry`` (0-based)."""
+        """``(low, high)`` of the wait before retry ``retry`` (0-based):
+        ``(base / 2, base)`` with ``base = initial_delay * backoff_factor**retry``.
+        ``ValueError`` for a negative or non-int ``retry``."""
     def __eq__(self, other: object) -> bool: ...
     def __hash__(self) -> int: ...
 
@@ -70,8 +82,9 @@ class Graph:
     """All nodes of a Driver, compiled once.
 
     Raises ``ValueError`` naming the nodes for duplicate names, a borrow of an unknown node
-    or of a node that owns no resource. Cycles are reported by ``select`` (only the
-    selected part has to be acyclic).
+    or of a node that owns no resource; ``TypeError`` for a malformed node tuple (naming
+    the node). Inputs/borrows that name the same node twice count once. Cycles are reported
+    by ``select`` (only the selected part has to be acyclic).
     """
 
     def __new__(cls, nodes: Sequence[NodeDef]) -> Graph: ...
@@ -81,8 +94,10 @@ class Graph:
         """Walk (iteratively) from ``final_vars`` through inputs and borrows.
 
         ``replaced`` nodes (config replacements and overrides) are reached but not walked
-        and do not run. Raises ``ValueError("Unknown selected node: 'x'")`` when a final var
-        is not a node, and ``ValueError`` naming the nodes of a cycle.
+        and do not run; names in ``replaced`` that are not nodes are ignored. Raises
+        ``ValueError("Unknown selected node: 'x'")`` when a final var is not a node, and
+        ``ValueError`` naming the nodes of a cycle (``Dependency cycle among nodes: 'a' ->
+        'b' -> 'a' ...``). A bare ``str`` for either argument is a ``TypeError``.
         """
 
 @final
@@ -109,13 +124,17 @@ class Run:
     """Scheduling state of one execution of a ``Plan``; not thread-safe, loop-thread only.
 
     Every method returns the commands to carry out, in order. Events for a job that is no
-    longer waiting for them (for example ``elapsed`` after a ``STOP_SLEEP``) are ignored.
-    Misuse (unknown job, an event in the wrong state) raises ``RuntimeError``; the core
-    never panics across the boundary.
+    longer waiting for them are ignored: ``elapsed`` after a ``STOP_SLEEP``;
+    ``succeeded``/``failed`` for a job the core CANCELled (only ``drained`` or ``unstarted``
+    ends it); a repeated ``drained``/``unstarted`` for a CANCELled job.
+    Misuse (unknown job, an event in the wrong state) raises ``RuntimeError`` and changes
+    nothing; the core never panics across the boundary.
     """
 
     def __new__(cls, plan: Plan, seed: int | None = None) -> Run:
-        """``seed`` makes the jitter of this run reproducible; ``None`` draws from the OS."""
+        """``seed`` (any int, taken modulo 2**64) makes the jitter of this run
+        reproducible for a given build of the extension; ``None`` seeds from the OS-seeded
+        thread RNG the first time a delay is drawn."""
     def start(self) -> list[Command]:
         """Begin the forward phase: START every node with no active dependency."""
     def succeeded(self, job: int) -> list[Command]:
@@ -133,7 +152,11 @@ class Run:
     def unstarted(self, job: int) -> list[Command]:
         """A START was never carried out (its task was cancelled before the call began).
 
-        For attempt 0 of a forward job this withdraws the release obligation.
+        The attempt is not counted; for attempt 0 of a forward job this withdraws the
+        release obligation. For a CANCELled job it ends the job like ``drained`` (report
+        one or the other). For a running forward job the core did not cancel, it ends the
+        job and aborts the forward phase (returns the CANCEL/STOP_SLEEP commands). For a
+        release it completes that release (no retry).
         """
     def cancel(self) -> list[Command]:
         """Caller cancellation or abort of the forward phase: CANCEL running forward jobs,
@@ -155,8 +178,8 @@ class Run:
     def finished(self) -> bool:
         """Shutdown began and every owed release has completed."""
     def attempts(self, job: int) -> int:
-        """Attempts started so far for ``job``."""
+        """Attempts started so far for ``job`` (forward or release job id)."""
     def started(self, job: int) -> bool:
-        """Whether the forward job's first attempt started (release owed if owned)."""
+        """Whether the job's first attempt started (forward: release owed if owned)."""
     def succeeded_jobs(self) -> list[int]:
         """Forward jobs that completed successfully."""
