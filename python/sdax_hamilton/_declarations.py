@@ -1,0 +1,322 @@
+"""Declarations (SPEC 2, 3): ``execution``, ``shutdown`` and the ``Acquisition[T]`` record.
+
+Decorators only validate their arguments and annotate the function object; they return the
+same object, so direct calls and static types are unchanged. The Hamilton translation reads
+``fn.__sdax_declaration__`` and ``owner.__sdax_shutdowns__`` (see docs/internals.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar, final
+
+from ._core import Policy
+from ._failures import RetryableException
+from ._types import checker, describe
+
+__all__ = [
+    "Acquisition",
+    "ExecutionDeclaration",
+    "ShutdownDeclaration",
+    "default_retryable_exceptions",
+    "execution",
+    "shutdown",
+]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+_T = TypeVar("_T")
+
+DECLARATION_ATTR: Final = "__sdax_declaration__"
+SHUTDOWNS_ATTR: Final = "__sdax_shutdowns__"
+
+ExceptionTypes = tuple[type[BaseException], ...]
+
+
+# --------------------------------------------------------------------------------------------
+# Default retryable set
+# --------------------------------------------------------------------------------------------
+
+_default_retryable: ExceptionTypes | None = None
+
+
+def default_retryable_exceptions() -> ExceptionTypes:
+    """``ConnectionError``, ``TimeoutError``, our ``RetryableException`` and, when the
+    ``sdax`` distribution is importable, ``sdax.RetryableException`` (looked up once)."""
+    global _default_retryable
+    if _default_retryable is None:
+        found: list[type[BaseException]] = [ConnectionError, TimeoutError, RetryableException]
+        try:
+            import sdax  # type: ignore[import-not-found, unused-ignore]
+        except ImportError:
+            pass
+        else:
+            extra = getattr(sdax, "RetryableException", None)
+            if isinstance(extra, type) and issubclass(extra, BaseException):
+                found.append(extra)
+        _default_retryable = tuple(found)
+    return _default_retryable
+
+
+def _policy(
+    *,
+    timeout: float | None,
+    retries: int,
+    retryable_exceptions: ExceptionTypes | None,
+    initial_delay: float,
+    backoff_factor: float,
+) -> Policy:
+    return Policy(
+        timeout=timeout,
+        retries=retries,
+        retryable_exceptions=(
+            default_retryable_exceptions() if retryable_exceptions is None else retryable_exceptions
+        ),
+        initial_delay=initial_delay,
+        backoff_factor=backoff_factor,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# target_
+# --------------------------------------------------------------------------------------------
+
+_BYTES_LIKE: Final = (bytes, bytearray, memoryview)
+
+
+def _targets(target: object) -> tuple[str, ...] | None:
+    """SPEC 2.3: ``None``; a non-empty name; or a collection of distinct non-empty names."""
+    if target is None:
+        return None
+    if isinstance(target, str):
+        if not target:
+            raise ValueError("target_ must not be an empty string")
+        return (target,)
+    if (
+        isinstance(target, _BYTES_LIKE)
+        or isinstance(target, Mapping)
+        or not isinstance(target, Collection)
+    ):
+        raise TypeError(
+            "target_ must be a node name or a collection of node names, "
+            f"not {type(target).__name__}"
+        )
+    names = tuple(target)
+    if not names:
+        raise ValueError("target_ must name at least one node")
+    for name in names:
+        if not isinstance(name, str):
+            raise ValueError(
+                f"target_ must contain only non-empty node names, found {type(name).__name__}"
+            )
+        if not name:
+            raise ValueError("target_ must contain only non-empty node names, found ''")
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"target_ contains duplicate names: {duplicates}")
+    return names
+
+
+# --------------------------------------------------------------------------------------------
+# Declaration records
+# --------------------------------------------------------------------------------------------
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ExecutionDeclaration:
+    """``@execution(...)`` on a function: the forward policy and optional explicit targets."""
+
+    policy: Policy
+    target: tuple[str, ...] | None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ShutdownDeclaration:
+    """``@shutdown(of=owner, ...)`` on ``release``: the release policy and optional targets."""
+
+    release: Callable[..., Any]
+    owner: Callable[..., Any]
+    policy: Policy
+    target: tuple[str, ...] | None
+
+
+def _name(obj: object) -> str:
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if qualname is None:
+        return type(obj).__name__
+    return f"{module}.{qualname}" if module else str(qualname)
+
+
+def _check_unclaimed(fn: object, adding: str) -> None:
+    existing = getattr(fn, DECLARATION_ATTR, None)
+    if existing is None:
+        return
+    kind = "execution" if isinstance(existing, ExecutionDeclaration) else "shutdown"
+    raise ValueError(
+        f"Conflicting execution/shutdown declaration on {_name(fn)}: "
+        f"it already carries @{kind}; cannot add @{adding}"
+    )
+
+
+def execution(
+    *,
+    target_: str | Collection[str] | None = None,
+    timeout: float | None = None,
+    retries: int = 0,
+    retryable_exceptions: ExceptionTypes | None = None,
+    initial_delay: float = 1.0,
+    backoff_factor: float = 2.0,
+) -> Callable[[_F], _F]:
+    """Attach a forward attempt policy to a Hamilton function (SPEC 2).
+
+    The policy is validated now; the decorator returns the function itself, so calling it
+    directly is unchanged (no retry, no timeout; sync stays sync).
+    """
+    policy = _policy(
+        timeout=timeout,
+        retries=retries,
+        retryable_exceptions=retryable_exceptions,
+        initial_delay=initial_delay,
+        backoff_factor=backoff_factor,
+    )
+    target = _targets(target_)
+    declaration = ExecutionDeclaration(policy=policy, target=target)
+
+    def decorate(fn: _F) -> _F:
+        _check_unclaimed(fn, "execution")
+        setattr(fn, DECLARATION_ATTR, declaration)
+        return fn
+
+    return decorate
+
+
+def shutdown(
+    *,
+    of: Callable[..., Any],
+    target_: str | Collection[str] | None = None,
+    timeout: float | None = None,
+    retries: int = 0,
+    retryable_exceptions: ExceptionTypes | None = None,
+    initial_delay: float = 1.0,
+    backoff_factor: float = 2.0,
+) -> Callable[[_F], _F]:
+    """Declare the decorated function as the release of ``of``'s acquisitions (SPEC 2, 3).
+
+    The release receives one ``Acquisition[T]`` and runs under its own policy. The
+    declaration is stored on the release and recorded on the owner, so a Driver compiling
+    the owner finds it wherever it is defined.
+    """
+    if not callable(of):
+        raise TypeError(
+            f"shutdown of= must refer to an acquisition function, not {type(of).__name__}"
+        )
+    policy = _policy(
+        timeout=timeout,
+        retries=retries,
+        retryable_exceptions=retryable_exceptions,
+        initial_delay=initial_delay,
+        backoff_factor=backoff_factor,
+    )
+    target = _targets(target_)
+    owner = of
+
+    def decorate(fn: _F) -> _F:
+        _check_unclaimed(fn, "shutdown")
+        declaration = ShutdownDeclaration(release=fn, owner=owner, policy=policy, target=target)
+        setattr(fn, DECLARATION_ATTR, declaration)
+        recorded: tuple[ShutdownDeclaration, ...] = getattr(owner, SHUTDOWNS_ATTR, ())
+        try:
+            setattr(owner, SHUTDOWNS_ATTR, (*recorded, declaration))
+        except (AttributeError, TypeError):
+            # An owner that cannot carry attributes (a builtin, a bound method) is not a
+            # Hamilton function; the Driver reports the release when it finds it.
+            pass
+        return fn
+
+    return decorate
+
+
+# --------------------------------------------------------------------------------------------
+# Acquisition[T]
+# --------------------------------------------------------------------------------------------
+
+
+@final
+class _Missing:
+    """The "no value" marker of an ``Acquisition`` (the call never returned)."""
+
+    __slots__ = ()
+    _instance: _Missing | None = None
+
+    def __new__(cls) -> _Missing:
+        if cls._instance is None:
+            cls._instance = object.__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "<no value>"
+
+    def __reduce__(self) -> str:
+        return "_MISSING"
+
+
+_MISSING: Final = _Missing()
+
+
+@dataclass(frozen=True, slots=True, repr=False)
+class Acquisition(Generic[_T]):
+    """What a release receives: the outcome of one acquisition call (SPEC 3).
+
+    ``Acquisition()`` is an empty record (the call raised, timed out or was cancelled
+    before returning); ``Acquisition(value, declared_type)`` records a returned value and
+    the acquisition's declared return type. ``is_valid`` re-checks the value against that
+    type on every access.
+    """
+
+    _raw: object = _MISSING
+    _declared: Any = Any
+
+    @property
+    def has_value(self) -> bool:
+        """The acquisition call returned (a returned ``None`` counts as a value)."""
+        return self._raw is not _MISSING
+
+    @property
+    def raw_value(self) -> Any:
+        """The returned object, unchecked; ``ValueError`` if the call never returned."""
+        if self._raw is _MISSING:
+            raise ValueError(
+                "Acquisition has no value: the acquisition raised, timed out or was "
+                "cancelled before returning"
+            )
+        return self._raw
+
+    @property
+    def is_valid(self) -> bool:
+        """The call returned and its value passes the declared type's runtime check."""
+        if self._raw is _MISSING:
+            return False
+        check = checker(self._declared)
+        return check is None or check(self._raw)
+
+    @property
+    def value(self) -> _T:
+        """The returned object when valid; ``TypeError`` otherwise (inspect ``raw_value``)."""
+        if self._raw is _MISSING:
+            raise TypeError("Acquisition has no value (the call did not return); inspect raw_value")
+        if not self.is_valid:
+            raise TypeError(
+                f"Acquisition value does not match its declared type "
+                f"{describe(self._declared)}; inspect raw_value"
+            )
+        return self._raw  # type: ignore[return-value]
+
+    def __repr__(self) -> str:
+        if self._raw is _MISSING:
+            state = "no value"
+        else:
+            state = "valid" if self.is_valid else "invalid"
+        return f"Acquisition[{describe(self._declared)}]({state})"
