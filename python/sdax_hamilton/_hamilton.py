@@ -153,6 +153,7 @@ def _backend_installed(backend: str) -> bool:
 
 _ADMITTED: dict[type, str] | None = None
 _PROFILES: dict[type, str] = {}
+_PLUGIN_OF: dict[type, _Plugin] = {}
 
 
 def _fm(name: str) -> Any:
@@ -220,6 +221,7 @@ def _admitted() -> dict[type, str]:
             continue
         if isinstance(cls, type):
             table[cls] = plugin.kind
+            _PLUGIN_OF[cls] = plugin
             if plugin.profile is not None:
                 _PROFILES[cls] = plugin.profile
     _ADMITTED = table
@@ -230,15 +232,23 @@ def _kind_of(modifier: object) -> str:
     """The translation kind of an admitted modifier, else ``ValueError`` naming its class."""
     cls = type(modifier)
     kind = _admitted().get(cls)
+    found = _PLUGIN_OF.get(cls)
+    if found is None:
+        found = next(
+            (
+                plugin
+                for plugin in _PLUGINS
+                if cls.__module__ == plugin.module and cls.__qualname__ == plugin.qualname
+            ),
+            None,
+        )
+    if found is not None and not _backend_installed(found.backend):
+        raise ValueError(
+            f"unsupported Hamilton decorator {cls.__name__}: the {found.module} profile "
+            f"requires {found.backend!r}, which is not installed"
+        )
     if kind is not None:
         return kind
-    for plugin in _PLUGINS:
-        if cls.__module__ == plugin.module and cls.__qualname__ == plugin.qualname:
-            if not _backend_installed(plugin.backend):
-                raise ValueError(
-                    f"unsupported Hamilton decorator {cls.__name__}: the {plugin.module} "
-                    f"profile requires {plugin.backend!r}, which is not installed"
-                )
     raise ValueError(f"unsupported Hamilton decorator {cls.__name__}")
 
 
