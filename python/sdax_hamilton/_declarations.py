@@ -8,8 +8,8 @@ same object, so direct calls and static types are unchanged. The Hamilton transl
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, Generic, TypeVar, final
+from dataclasses import FrozenInstanceError, dataclass
+from typing import Any, Final, Generic, TypeVar, cast, final
 
 from ._core import Policy
 from ._failures import RetryableException
@@ -305,14 +305,15 @@ class Acquisition(Generic[_T]):
     @property
     def value(self) -> _T:
         """The returned object when valid; ``TypeError`` otherwise (inspect ``raw_value``)."""
-        if self._raw is _MISSING:
+        raw = self._raw
+        if isinstance(raw, _Missing):
             raise TypeError("Acquisition has no value (the call did not return); inspect raw_value")
         if not self.is_valid:
             raise TypeError(
                 f"Acquisition value does not match its declared type "
                 f"{describe(self._declared)}; inspect raw_value"
             )
-        return self._raw  # type: ignore[return-value]
+        return cast(_T, raw)
 
     def __repr__(self) -> str:
         if self._raw is _MISSING:
@@ -320,3 +321,18 @@ class Acquisition(Generic[_T]):
         else:
             state = "valid" if self.is_valid else "invalid"
         return f"Acquisition[{describe(self._declared)}]({state})"
+
+
+def _refuse_setattr(self: object, name: str, value: object) -> None:
+    raise FrozenInstanceError(f"cannot assign to {name!r} of a frozen Acquisition")
+
+
+def _refuse_delattr(self: object, name: str) -> None:
+    raise FrozenInstanceError(f"cannot delete {name!r} of a frozen Acquisition")
+
+
+# Python 3.11's generated __setattr__/__delattr__ for frozen *slotted* dataclasses call
+# super() with the class as it was before slots were added, so assigning an unknown name
+# raises a confusing TypeError. Every assignment is refused the frozen way instead.
+Acquisition.__setattr__ = _refuse_setattr  # type: ignore[method-assign]
+Acquisition.__delattr__ = _refuse_delattr  # type: ignore[method-assign]
