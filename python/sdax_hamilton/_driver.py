@@ -1,0 +1,692 @@
+"""The asyncio driver: carries out a ``_core.Run``'s commands on the caller's event loop.
+
+The Rust core decides *what* happens (which job starts, when a job retries, when the forward
+phase aborts, in which order releases run). This module decides nothing of that; it turns
+commands into calls, tasks, timers and cancellations, reports what happened back to the
+core, and keeps the primary/secondary failure record of SPEC 7.9 / 7.11.
+
+Shape of one run (``open_run`` returns an async context manager):
+
+* ``__aenter__``: the forward phase. The coordinator runs in the caller's task and waits on
+  one future that done-callbacks and timers wake up (events are queued in a deque). A
+  caller cancellation lands on that wait: it becomes the primary (once), the core aborts
+  the forward phase (running attempts are cancelled once, retry waits dropped), and the
+  coordinator keeps waiting until every attempt has drained; further cancellations are
+  absorbed. Then either the body gets the outputs, or cleanup runs and the failure is
+  raised.
+* ``__aexit__``: cleanup (the shutdown phase) always runs to completion, whatever the
+  caller's task receives meanwhile; then the primary is re-raised (same object, secondary
+  diagnostics attached) or, when there is none, an ``ExecutionError`` / ``BaseExceptionGroup``.
+
+Hot path: a lone ready forward job with no timeout, nothing else running, is awaited
+inline in the coordinator (no task); sync functions are called directly on the loop thread.
+Everything else runs as tasks wrapped so that no exception (``KeyboardInterrupt`` included)
+ever escapes a task into the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import types
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from . import _core
+from ._declarations import Acquisition
+from ._failures import add_note_once, attach_failures, failure_group
+
+__all__ = ["NodeRuntime", "ReleaseRuntime", "is_retryable", "open_run"]
+
+logger = logging.getLogger("sdax_hamilton")
+
+_START: Final = _core.START
+_SLEEP: Final = _core.SLEEP
+_CANCEL: Final = _core.CANCEL
+_STOP_SLEEP: Final = _core.STOP_SLEEP
+
+# Event kinds queued for the coordinator: (kind, attempt-or-job, payload).
+_RETURNED: Final = 0  # (_, _Attempt, value)
+_RAISED: Final = 1  # (_, _Attempt, exception)
+_ELAPSED: Final = 2  # (_, job, None)
+_UNSTARTED: Final = 3  # (_, _Attempt, None): cancelled before its awaitable was first awaited
+_BAD_INPUT: Final = 4  # (_, _Attempt, exception): the input check failed; nothing was called
+
+_CoroutineType: Final = types.CoroutineType
+_CancelledError: Final = asyncio.CancelledError
+_TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRuntime:
+    """How to run the release (shutdown function) of one owned node."""
+
+    origin: str
+    """``module.qualname`` of the release function, for notes and logs."""
+    call: Callable[[Any], Any]
+    """Called with one ``Acquisition``; an awaitable result is awaited; must return ``None``."""
+    retryable: tuple[type[BaseException], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRuntime:
+    """How to run one active node of a plan (``nodes[i]`` belongs to ``plan.nodes[i]``)."""
+
+    name: str
+    origin: str
+    """``module.qualname`` of the declaring function."""
+    call: Callable[..., Any]
+    """Called with keyword arguments; an awaitable result is awaited."""
+    args: tuple[tuple[str, str], ...]
+    """``(keyword, value-table key)`` pairs read from the run's values."""
+    defaults: Mapping[str, Any]
+    """``keyword -> default`` for keywords not in ``args``."""
+    input_checks: tuple[tuple[str, Callable[[Any], bool]], ...]
+    """``(keyword, predicate)``, checked once before attempt 0 (never retried)."""
+    output_check: Callable[[Any], bool] | None
+    """Checked after a successful attempt, outside the attempt loop (never re-runs the call)."""
+    retryable: tuple[type[BaseException], ...]
+    output_type: Any
+    """Declared output type, recorded in the node's ``Acquisition``."""
+    release: ReleaseRuntime | None
+    """Set on owned acquisitions."""
+
+
+def is_retryable(exc: BaseException, retryable: tuple[type[BaseException], ...]) -> bool:
+    """SPEC 7.7: ``isinstance`` against the set; an ``ExceptionGroup`` only if every leaf is.
+
+    Flattening descends ``ExceptionGroup`` only: any other ``BaseExceptionGroup`` is tested
+    as itself.
+    """
+    if isinstance(exc, ExceptionGroup):
+        stack: list[BaseException] = [exc]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, ExceptionGroup):
+                stack.extend(item.exceptions)
+            elif not isinstance(item, retryable):
+                return False
+        return True
+    return isinstance(exc, retryable)
+
+
+def open_run(
+    plan: _core.Plan,
+    nodes: Sequence[NodeRuntime],
+    values: dict[str, Any],
+    outputs: Sequence[str],
+    *,
+    seed: int | None = None,
+) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
+    """One execution of ``plan`` as an async context manager (SPEC 7.9).
+
+    ``values`` is the run's fresh value table; node outputs are stored into it. The body
+    receives a fresh ``{name: values[name] for name in outputs}``.
+    """
+    return _RunContext(plan, nodes, values, outputs, seed)
+
+
+class _Attempt:
+    """One carried-out START command (a call of a node or of a release)."""
+
+    __slots__ = (
+        "aw",
+        "began",
+        "cancelled",
+        "inline",
+        "job",
+        "number",
+        "task",
+        "timed_out",
+        "timeout",
+        "timer",
+    )
+
+    def __init__(self, job: int, number: int, timeout: float | None) -> None:
+        self.job = job
+        self.number = number  # 0-based attempt number
+        self.timeout = timeout
+        self.aw: Any = None  # the awaitable the call returned
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.Handle | None = None
+        self.began = False  # the awaitable was first awaited (the call's body started)
+        self.cancelled = False  # the core CANCELled this attempt
+        self.timed_out = False  # our timer cancelled this attempt
+        self.inline = False  # awaited in the coordinator itself
+
+
+def _plural(count: int) -> str:
+    return f"{count} attempt" if count == 1 else f"{count} attempts"
+
+
+class _RunContext:
+    """State of one run; the async context manager returned by :func:`open_run`."""
+
+    __slots__ = (
+        "_acquisitions",
+        "_debug",
+        "_entered",
+        "_events",
+        "_fresh",
+        "_kwargs",
+        "_live",
+        "_loop",
+        "_n",
+        "_nodes",
+        "_outputs",
+        "_plan",
+        "_primary",
+        "_run",
+        "_running",
+        "_secondary",
+        "_seed",
+        "_sleeps",
+        "_task",
+        "_values",
+        "_waiter",
+    )
+
+    def __init__(
+        self,
+        plan: _core.Plan,
+        nodes: Sequence[NodeRuntime],
+        values: dict[str, Any],
+        outputs: Sequence[str],
+        seed: int | None,
+    ) -> None:
+        self._plan = plan
+        self._nodes = nodes
+        self._values = values
+        self._outputs = outputs
+        self._seed = seed
+        self._entered = False
+        self._n = len(nodes)
+        self._events: deque[tuple[int, Any, Any]] = deque()
+        self._fresh: list[_Attempt] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._live = 0
+        self._primary: BaseException | None = None
+        self._secondary: list[BaseException] = []
+
+    # ----------------------------------------------------------------- context protocol
+
+    async def __aenter__(self) -> dict[str, Any]:
+        if self._entered:
+            raise RuntimeError("a run context can be entered only once")
+        self._entered = True
+        n = self._n
+        if len(self._plan) != n:
+            raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
+        self._run = _core.Run(self._plan, self._seed)
+        self._loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
+        self._task = task
+        self._running: list[_Attempt | None] = [None] * (2 * n)
+        self._sleeps: list[asyncio.TimerHandle | None] = [None] * (2 * n)
+        self._kwargs: list[dict[str, Any] | None] = [None] * n
+        self._acquisitions: list[Acquisition[Any] | None] = [None] * n
+        self._debug = logger.isEnabledFor(logging.DEBUG)
+
+        try:
+            self._execute(self._run.start())
+            await self._drive(False)
+        except BaseException:
+            self._abandon()
+            raise
+        if self._primary is None and not self._secondary:
+            values = self._values
+            return {name: values[name] for name in self._outputs}
+        await self._cleanup()
+        raise self._outcome_or_internal()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: types.TracebackType | None,
+    ) -> bool:
+        if exc is not None:
+            self._primary = exc
+        await self._cleanup()
+        outcome = self._outcome()
+        if outcome is None or outcome is exc:
+            return False  # the body's own exception (if any) propagates unchanged
+        raise outcome
+
+    # ----------------------------------------------------------------- phases
+
+    async def _cleanup(self) -> None:
+        try:
+            self._execute(self._run.begin_shutdown())
+            await self._drive(True)
+        except BaseException:
+            self._abandon()
+            raise
+
+    def _outcome(self) -> BaseException | None:
+        primary = self._primary
+        if primary is not None:
+            if self._secondary:
+                attach_failures(primary, self._secondary)
+            return primary
+        if self._secondary:
+            return failure_group(self._secondary)
+        return None
+
+    def _outcome_or_internal(self) -> BaseException:
+        outcome = self._outcome()
+        if outcome is None:  # pragma: no cover - defensive: the core ended a phase early
+            return RuntimeError("sdax_hamilton internal error: forward phase ended incomplete")
+        return outcome
+
+    async def _drive(self, shutdown: bool) -> None:
+        """Process events and carry out commands until the phase is quiescent."""
+        events = self._events
+        fresh = self._fresh
+        run = self._run
+        handle = self._handle
+        while True:
+            while events:
+                handle(events.popleft())
+            if fresh:
+                if (
+                    not shutdown
+                    and len(fresh) == 1
+                    and self._live == 0
+                    and fresh[0].timeout is None
+                    and not fresh[0].cancelled
+                    and run.pending == 1
+                ):
+                    await self._inline(fresh.pop())
+                else:
+                    self._launch()
+                continue
+            if self._live == 0 and (run.finished if shutdown else run.pending == 0):
+                return
+            waiter = self._waiter = self._loop.create_future()
+            try:
+                await waiter
+            except _CancelledError as exc:
+                self._waiter = None
+                self._caller_cancelled(exc, shutdown)
+
+    def _post(self, event: tuple[int, Any, Any]) -> None:
+        self._events.append(event)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _abandon(self) -> None:
+        """Internal failure of the coordinator: stop everything we started (best effort)."""
+        for attempt in self._running:
+            if attempt is not None:
+                if attempt.timer is not None:
+                    attempt.timer.cancel()
+                if attempt.task is not None:
+                    attempt.task.cancel()
+                elif not attempt.began and type(attempt.aw) is _CoroutineType:
+                    attempt.aw.close()
+        for handle in self._sleeps:
+            if handle is not None:
+                handle.cancel()
+
+    # ----------------------------------------------------------------- primary record
+
+    def _caller_cancelled(self, exc: BaseException, shutdown: bool) -> None:
+        primary = self._primary
+        if primary is None:
+            self._primary = exc
+            if not shutdown:
+                self._execute(self._run.cancel())
+        elif isinstance(primary, _CancelledError):
+            return  # absorbed: the primary already is a cancellation
+        elif isinstance(primary, _TERMINATION) or not shutdown:
+            # Process termination stays primary; in the forward phase any earlier primary
+            # is a termination (a caller exception can only arrive in the body).
+            self._secondary.append(exc)
+        else:
+            self._secondary.append(primary)  # SPEC 7.9 step 6: demoted
+            self._primary = exc
+
+    def _terminate(self, exc: BaseException) -> None:
+        """A ``KeyboardInterrupt`` / ``SystemExit`` out of a node or release."""
+        primary = self._primary
+        if primary is None:
+            self._primary = exc
+        elif isinstance(primary, _TERMINATION):
+            self._secondary.append(exc)
+        else:
+            self._secondary.append(primary)
+            self._primary = exc
+
+    def _record(self, attempt: _Attempt, exc: BaseException, before_first: bool = False) -> None:
+        """A node or release failed for good: note it and collect it."""
+        job = attempt.job
+        n = self._n
+        if job < n:
+            name = self._nodes[job].name
+            subject = f"node {name!r}"
+        else:
+            name = self._nodes[job - n].name
+            subject = f"release of {name!r}"
+        if before_first:
+            note = f"sdax_hamilton: {subject} failed before its first attempt"
+        else:
+            note = f"sdax_hamilton: {subject} failed after {_plural(self._run.attempts(job))}"
+        try:
+            add_note_once(exc, note)
+        except Exception:  # pragma: no cover - a user object with a broken __notes__
+            pass
+        if logger.isEnabledFor(logging.ERROR):
+            if before_first:
+                logger.error("%s failed before its first attempt", subject)
+            else:
+                logger.error(
+                    "%s failed after %s with %s",
+                    subject,
+                    _plural(self._run.attempts(job)),
+                    type(exc).__qualname__,
+                )
+        if isinstance(exc, _TERMINATION):
+            self._terminate(exc)
+        else:
+            self._secondary.append(exc)
+
+    # ----------------------------------------------------------------- commands
+
+    def _execute(self, commands: list[_core.Command]) -> None:
+        for op, job, attempt, arg in commands:
+            if op == _START:
+                self._start(job, attempt, arg)
+            elif op == _SLEEP:
+                self._sleep(job, arg)
+            elif op == _CANCEL:
+                self._cancel(job)
+            elif op == _STOP_SLEEP:
+                handle = self._sleeps[job]
+                if handle is not None:
+                    self._sleeps[job] = None
+                    handle.cancel()
+            else:  # pragma: no cover - contract violation by the core
+                raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
+
+    def _start(self, job: int, attempt_number: int, timeout: float | None) -> None:
+        n = self._n
+        attempt = _Attempt(job, attempt_number, timeout)
+        self._running[job] = attempt
+        if job < n:
+            node = self._nodes[job]
+            if attempt_number == 0:
+                try:
+                    kwargs = dict(node.defaults) if node.defaults else {}
+                    values = self._values
+                    for keyword, key in node.args:
+                        kwargs[keyword] = values[key]
+                    for keyword, check in node.input_checks:
+                        if not check(kwargs[keyword]):
+                            raise TypeError(f"Invalid input for {node.name}.{keyword}")
+                except Exception as exc:
+                    self._post((_BAD_INPUT, attempt, exc))
+                    return
+                self._kwargs[job] = kwargs
+                if node.release is not None:
+                    self._acquisitions[job] = Acquisition()
+            else:
+                kwargs = self._kwargs[job]  # type: ignore[assignment]
+            if self._debug:
+                logger.debug("node %r: attempt %d started", node.name, attempt_number + 1)
+            try:
+                result = node.call(**kwargs)
+            except BaseException as exc:
+                self._post((_RAISED, attempt, exc))
+                return
+        else:
+            owner = self._nodes[job - n]
+            release = owner.release
+            if release is None:  # pragma: no cover - contract violation by the core
+                raise RuntimeError(f"sdax_hamilton internal error: no release for {owner.name!r}")
+            record = self._acquisitions[job - n]
+            if record is None:
+                record = Acquisition()
+            if self._debug:
+                logger.debug("release of %r: attempt %d started", owner.name, attempt_number + 1)
+            try:
+                result = release.call(record)
+            except BaseException as exc:
+                self._post((_RAISED, attempt, exc))
+                return
+        if type(result) is _CoroutineType or inspect.isawaitable(result):
+            attempt.aw = result
+            self._fresh.append(attempt)
+        else:
+            self._post((_RETURNED, attempt, result))
+
+    def _sleep(self, job: int, delay: float | None) -> None:
+        self._sleeps[job] = self._loop.call_later(delay or 0.0, self._post, (_ELAPSED, job, None))
+
+    def _cancel(self, job: int) -> None:
+        attempt = self._running[job]
+        if attempt is None or attempt.cancelled:
+            return
+        attempt.cancelled = True
+        task = attempt.task
+        if attempt.inline or task is None or attempt.timed_out:
+            # inline: already finished; not launched: _launch handles it; timed out: the
+            # attempt was already cancelled once and is draining.
+            return
+        if not attempt.began:
+            # The task never ran a step: cancelling it means the awaitable is never awaited.
+            task.cancel()
+            task.add_done_callback(lambda _task: self._unstarted_done(attempt))
+            return
+        task.cancel()
+
+    def _unstarted_done(self, attempt: _Attempt) -> None:
+        self._live -= 1
+        self._post((_UNSTARTED, attempt, None))
+
+    def _launch(self) -> None:
+        loop = self._loop
+        for attempt in self._fresh:
+            if attempt.cancelled:
+                self._post((_UNSTARTED, attempt, None))
+                continue
+            attempt.task = loop.create_task(self._attempt_task(attempt))
+            self._live += 1
+            if attempt.timeout is not None:
+                attempt.timer = loop.call_later(attempt.timeout, self._on_timeout, attempt)
+        self._fresh.clear()
+
+    async def _attempt_task(self, attempt: _Attempt) -> None:
+        attempt.began = True
+        try:
+            value = await attempt.aw
+        except BaseException as exc:  # never let anything (KeyboardInterrupt!) escape a task
+            self._live -= 1
+            self._post((_RAISED, attempt, exc))
+        else:
+            self._live -= 1
+            self._post((_RETURNED, attempt, value))
+
+    async def _inline(self, attempt: _Attempt) -> None:
+        """Await a lone forward attempt in the coordinator itself (no task)."""
+        attempt.inline = True
+        attempt.began = True
+        task = self._task
+        before = task.cancelling()
+        try:
+            value = await attempt.aw
+        except BaseException as exc:
+            if isinstance(exc, _CancelledError) and task.cancelling() > before:
+                self._caller_cancelled(exc, False)
+            self._post((_RAISED, attempt, exc))
+        else:
+            if task.cancelling() > before:
+                # The caller's cancellation was swallowed by the node, which returned.
+                self._caller_cancelled(_CancelledError(), False)
+            self._post((_RETURNED, attempt, value))
+
+    def _on_timeout(self, attempt: _Attempt) -> None:
+        attempt.timer = None
+        if attempt.cancelled or attempt.timed_out:
+            return
+        task = attempt.task
+        if task is None or task.done():
+            return
+        if not attempt.began:  # pragma: no cover - the task's first step is already queued
+            attempt.timer = self._loop.call_soon(self._on_timeout, attempt)
+            return
+        attempt.timed_out = True
+        task.cancel()
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning(
+                "%s: attempt %d timed out after %s s; waiting for it to finish",
+                self._subject(attempt.job),
+                self._run.attempts(attempt.job),
+                attempt.timeout,
+            )
+
+    def _subject(self, job: int) -> str:
+        n = self._n
+        if job < n:
+            return f"node {self._nodes[job].name!r}"
+        return f"release of {self._nodes[job - n].name!r}"
+
+    # ----------------------------------------------------------------- events
+
+    def _handle(self, event: tuple[int, Any, Any]) -> None:
+        kind, subject, payload = event
+        if kind == _RETURNED:
+            self._returned(subject, payload)
+        elif kind == _RAISED:
+            self._raised(subject, payload)
+        elif kind == _ELAPSED:
+            self._sleeps[subject] = None
+            self._execute(self._run.elapsed(subject))
+        elif kind == _UNSTARTED:
+            self._unstarted(subject)
+        else:  # _BAD_INPUT
+            self._bad_input(subject, payload)
+
+    def _end(self, attempt: _Attempt) -> None:
+        self._running[attempt.job] = None
+        timer = attempt.timer
+        if timer is not None:
+            attempt.timer = None
+            timer.cancel()
+
+    def _returned(self, attempt: _Attempt, value: Any) -> None:
+        self._end(attempt)
+        job = attempt.job
+        n = self._n
+        run = self._run
+        if job < n:
+            node = self._nodes[job]
+            if node.release is not None:
+                self._acquisitions[job] = Acquisition(value, node.output_type)
+            if attempt.cancelled:
+                self._execute(run.drained(job))
+                return
+            if self._debug:
+                logger.debug(
+                    "node %r: attempt %d returned%s",
+                    node.name,
+                    run.attempts(job),
+                    " (after swallowing its timeout cancellation)" if attempt.timed_out else "",
+                )
+            check = node.output_check
+            if check is not None:
+                try:
+                    ok = check(value)
+                except Exception as broken:  # a broken checker is this node's failure
+                    self._fail(attempt, broken, False)
+                    return
+                if not ok:
+                    invalid = TypeError(f"Invalid output from {node.name} ({node.origin})")
+                    self._fail(attempt, invalid, False)
+                    return
+            self._values[node.name] = value
+            self._execute(run.succeeded(job))
+            return
+        if attempt.cancelled:  # pragma: no cover - the core never cancels releases
+            self._execute(run.drained(job))
+            return
+        if value is not None:
+            name = self._nodes[job - n].name
+            self._fail(attempt, TypeError(f"Shutdown must return None: {name}"), False)
+            return
+        if self._debug:
+            logger.debug("release of %r: completed", self._nodes[job - n].name)
+        self._execute(run.succeeded(job))
+
+    def _raised(self, attempt: _Attempt, exc: BaseException) -> None:
+        self._end(attempt)
+        job = attempt.job
+        if attempt.cancelled:
+            # Drained after the core cancelled it: its own cancellation is expected; anything
+            # else it raised meanwhile is still a diagnostic of the run.
+            if not isinstance(exc, _CancelledError):
+                self._record(attempt, exc)
+            self._execute(self._run.drained(job))
+            return
+        n = self._n
+        if job < n:
+            retryable_set = self._nodes[job].retryable
+        else:
+            release = self._nodes[job - n].release
+            assert release is not None
+            retryable_set = release.retryable
+        if attempt.timed_out and isinstance(exc, _CancelledError):
+            exc = TimeoutError()
+        # A CancelledError the attempt raised by itself, KeyboardInterrupt and SystemExit are
+        # never in a validated set, so they are never retried.
+        self._fail(attempt, exc, is_retryable(exc, retryable_set))
+
+    def _fail(self, attempt: _Attempt, exc: BaseException, retryable: bool) -> None:
+        job = attempt.job
+        run = self._run
+        commands = run.failed(job, retryable)
+        for op, command_job, _number, arg in commands:
+            if op == _SLEEP and command_job == job:
+                if logger.isEnabledFor(logging.WARNING):
+                    logger.warning(
+                        "%s: attempt %d failed with %s; retry %d in %.3f s",
+                        self._subject(job),
+                        run.attempts(job),
+                        type(exc).__qualname__,
+                        run.attempts(job),
+                        arg,
+                    )
+                break
+        else:
+            self._record(attempt, exc)
+        self._execute(commands)
+
+    def _unstarted(self, attempt: _Attempt) -> None:
+        self._end(attempt)
+        job = attempt.job
+        aw = attempt.aw
+        if type(aw) is _CoroutineType:
+            aw.close()  # never awaited: its body never ran
+            if job < self._n and attempt.number == 0:
+                self._acquisitions[job] = None
+            self._execute(self._run.unstarted(job))
+            return
+        # The call itself ran and returned an awaitable we never awaited: it started.
+        if isinstance(aw, asyncio.Future):
+            aw.cancel()
+        self._execute(self._run.drained(job))
+
+    def _bad_input(self, attempt: _Attempt, exc: BaseException) -> None:
+        self._running[attempt.job] = None
+        self._record(attempt, exc, before_first=True)
+        # Nothing was called: no attempt counted, no release owed; the core aborts the run.
+        self._execute(self._run.unstarted(attempt.job))

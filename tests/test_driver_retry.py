@@ -1,0 +1,302 @@
+"""Retry loop and per-attempt timeouts (SPEC 7.7, 7.8)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Any
+
+import pytest
+from test_driver_support import Journal, Node, clean_loop, execute, notes, started
+
+from sdax_hamilton import _core
+from sdax_hamilton._failures import ExecutionError, RetryableException, failures
+
+
+def flaky(errors: list[BaseException], result: Any = "ok") -> tuple[Any, list[int]]:
+    """An async callable raising ``errors`` in turn, then returning ``result``."""
+    calls: list[int] = []
+
+    async def call() -> Any:
+        calls.append(len(calls))
+        if len(calls) <= len(errors):
+            raise errors[len(calls) - 1]
+        return result
+
+    return call, calls
+
+
+async def test_retryable_failures_are_retried_up_to_retries_then_succeed() -> None:
+    call, calls = flaky([ConnectionError(), TimeoutError(), RetryableException()])
+    with clean_loop():
+        assert await execute([Node("a", call, retries=3)], ["a"]) == {"a": "ok"}
+    assert len(calls) == 4
+
+
+async def test_attempts_are_one_plus_retries_and_the_last_failure_is_the_leaf() -> None:
+    errors: list[BaseException] = [ConnectionError(i) for i in range(3)]
+    call, calls = flaky(errors)
+    with clean_loop():
+        with pytest.raises(ExecutionError) as info:
+            await execute([Node("a", call, retries=2)], ["a"])
+    assert len(calls) == 3
+    assert info.value.exceptions == (errors[2],)
+    assert "sdax_hamilton: node 'a' failed after 3 attempts" in notes(errors[2])
+    assert notes(errors[0]) == []  # retried failures are not reported
+
+
+async def test_non_retryable_failure_is_not_retried() -> None:
+    error = ValueError("v")
+    call, calls = flaky([error])
+    with clean_loop():
+        with pytest.raises(ExecutionError) as info:
+            await execute([Node("a", call, retries=5)], ["a"])
+    assert len(calls) == 1
+    assert info.value.exceptions == (error,)
+
+
+@pytest.mark.parametrize(
+    ("error", "attempts"),
+    [
+        (ConnectionResetError(), 2),  # subclass of a listed class: retried
+        (OSError(), 1),  # superclass: not retried
+        (ExceptionGroup("g", [ConnectionError(), ConnectionResetError()]), 2),
+        (ExceptionGroup("g", [ConnectionError(), ValueError()]), 1),
+    ],
+)
+async def test_retryable_test_uses_isinstance_and_group_leaves(
+    error: BaseException, attempts: int
+) -> None:
+    call, calls = flaky([error, error])
+    with clean_loop():
+        with pytest.raises(ExecutionError):
+            await execute([Node("a", call, retries=1, retryable=(ConnectionError,))], ["a"])
+    assert len(calls) == attempts
+
+
+async def test_a_sync_node_is_retried_too() -> None:
+    calls = 0
+
+    def a() -> int:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise ConnectionError
+        return calls
+
+    with clean_loop():
+        assert await execute([Node("a", a, retries=2)], ["a"]) == {"a": 3}
+
+
+async def test_retry_delays_stay_within_their_jitter_bounds() -> None:
+    loop = asyncio.get_running_loop()
+    times: list[float] = []
+
+    async def a() -> str:
+        times.append(loop.time())
+        if len(times) < 4:
+            raise ConnectionError
+        return "ok"
+
+    node = Node("a", a, retries=3, initial_delay=0.02, backoff_factor=2.0)
+    policy = node.policy()
+    with clean_loop():
+        assert await execute([node], ["a"]) == {"a": "ok"}
+    gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
+    for retry, gap in enumerate(gaps):
+        low, high = policy.delay_bounds(retry)
+        assert (low, high) == pytest.approx((0.01 * 2**retry, 0.02 * 2**retry))
+        assert gap >= low - 0.002, (retry, gap)  # timers may fire a hair early
+        assert gap <= high + 0.5, (retry, gap)  # generous slack for a busy machine
+
+
+async def test_seed_makes_the_delays_reproducible(caplog: pytest.LogCaptureFixture) -> None:
+    def delays_of_one_run(seed: int) -> Any:
+        call, _ = flaky([ConnectionError()] * 3)
+        return execute([Node("a", call, retries=3, initial_delay=0.001)], ["a"], seed=seed)
+
+    def logged_delays() -> list[float]:
+        found = [r.args[-1] for r in caplog.records if "retry" in r.msg]  # type: ignore[index]
+        caplog.clear()
+        return found
+
+    with caplog.at_level(logging.WARNING, logger="sdax_hamilton"):
+        await delays_of_one_run(7)
+        first = logged_delays()
+        await delays_of_one_run(7)
+        second = logged_delays()
+        await delays_of_one_run(8)
+        third = logged_delays()
+    assert len(first) == 3
+    assert first == second
+    assert first != third
+    for retry, delay in enumerate(first):
+        low, high = _core.Policy(initial_delay=0.001).delay_bounds(retry)
+        assert low <= delay <= high
+
+
+async def test_timeout_cancels_the_attempt_and_waits_for_it_to_drain_before_retrying() -> None:
+    journal = Journal()
+
+    async def a() -> str:
+        attempt = journal.count("start")
+        journal("start")
+        if attempt == 0:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                journal("cancelled")
+                for _ in range(5):  # a slow, cooperative drain
+                    await asyncio.sleep(0.002)
+                journal("drained")
+                raise
+        return "second"
+
+    with clean_loop():
+        assert await execute([Node("a", a, timeout=0.01, retries=1)], ["a"]) == {"a": "second"}
+    assert journal.entries == ["start", "cancelled", "drained", "start"]
+
+
+async def test_timeout_without_retries_left_is_a_builtin_timeout_error_leaf() -> None:
+    calls = 0
+
+    async def a() -> int:
+        nonlocal calls
+        calls += 1
+        await asyncio.Event().wait()
+        return 0
+
+    with clean_loop():
+        with pytest.raises(ExecutionError) as info:
+            await execute([Node("a", a, timeout=0.005, retries=2)], ["a"])
+    (leaf,) = info.value.exceptions
+    assert type(leaf) is TimeoutError
+    assert calls == 3
+    assert "sdax_hamilton: node 'a' failed after 3 attempts" in notes(leaf)
+
+
+async def test_timeout_is_not_retried_when_timeout_error_is_not_in_the_set() -> None:
+    calls = 0
+
+    async def a() -> int:
+        nonlocal calls
+        calls += 1
+        await asyncio.Event().wait()
+        return 0
+
+    with clean_loop():
+        with pytest.raises(ExecutionError) as info:
+            await execute(
+                [Node("a", a, timeout=0.005, retries=2, retryable=(ConnectionError,))], ["a"]
+            )
+    assert calls == 1
+    assert type(info.value.exceptions[0]) is TimeoutError
+
+
+async def test_an_attempt_that_swallows_its_timeout_and_returns_is_a_success() -> None:
+    calls = 0
+
+    async def a() -> str:
+        nonlocal calls
+        calls += 1
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            return "swallowed"
+        return "never"
+
+    with clean_loop():
+        assert await execute([Node("a", a, timeout=0.005, retries=2)], ["a"]) == {"a": "swallowed"}
+    assert calls == 1
+
+
+async def test_an_exception_raised_while_draining_a_timeout_is_reported_as_itself() -> None:
+    converted = ConnectionAbortedError("closed while cancelling")
+
+    async def a() -> int:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise converted from None
+        return 0
+
+    with clean_loop():
+        with pytest.raises(ExecutionError) as info:
+            await execute([Node("a", a, timeout=0.005, retryable=(ValueError,))], ["a"])
+    assert info.value.exceptions == (converted,)
+
+
+async def test_there_is_no_total_deadline_only_per_attempt_timeouts() -> None:
+    loop = asyncio.get_running_loop()
+    begin = loop.time()
+    calls = 0
+
+    async def a() -> str:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.03)  # each attempt fits its timeout...
+        if calls < 3:
+            raise ConnectionError
+        return "done"
+
+    node = Node("a", a, timeout=0.1, retries=2, initial_delay=0.2, backoff_factor=1.0)
+    with clean_loop():
+        assert await execute([node], ["a"]) == {"a": "done"}
+    # ...while the run as a whole outlasts all three timeouts together
+    # (3 x 0.05 s of attempts + two waits of at least 0.1 s each >= 0.35 s)
+    assert loop.time() - begin > 0.3
+    assert calls == 3
+
+
+async def test_a_failure_elsewhere_stops_a_pending_retry_wait() -> None:
+    loop = asyncio.get_running_loop()
+    waiting_calls = 0
+    first_failed = asyncio.Event()
+
+    async def waits() -> int:
+        nonlocal waiting_calls
+        waiting_calls += 1
+        first_failed.set()
+        raise ConnectionError
+
+    async def fails() -> int:
+        await started(first_failed)
+        await asyncio.sleep(0)
+        raise ValueError("final")
+
+    nodes = [Node("waits", waits, retries=3, initial_delay=30.0), Node("fails", fails)]
+    begin = loop.time()
+    with clean_loop():
+        with pytest.raises(ExecutionError) as info:
+            await execute(nodes, ["waits", "fails"])
+    assert loop.time() - begin < 10.0  # the 15-30 s wait was dropped, not served
+    assert waiting_calls == 1
+    assert [type(e) for e in info.value.exceptions] == [ValueError]
+    assert failures(info.value) == ()
+
+
+async def test_no_new_attempt_starts_after_a_retryable_failure_races_a_final_one() -> None:
+    # Both fail in the same loop iteration: one retryable, one final. The retryable one
+    # must not get another attempt.
+    gate = asyncio.Event()
+    calls = {"retryable": 0, "final": 0}
+
+    async def retryable() -> int:
+        calls["retryable"] += 1
+        await started(gate)
+        raise ConnectionError
+
+    async def final() -> int:
+        calls["final"] += 1
+        gate.set()
+        raise ValueError
+
+    nodes = [
+        Node("retryable", retryable, retries=3, timeout=1.0),
+        Node("final", final, timeout=1.0),
+    ]
+    with clean_loop():
+        with pytest.raises(ExecutionError):
+            await execute(nodes, ["retryable", "final"])
+    assert calls == {"retryable": 1, "final": 1}
