@@ -122,6 +122,15 @@ def test_default_set_includes_sdax_retryable_exception_when_importable(
     assert release.__sdax_declaration__.policy.retryable_exceptions == expected  # type: ignore[attr-defined]
 
 
+def test_default_set_ignores_an_sdax_class_that_could_never_be_retryable(
+    monkeypatch: pytest.MonkeyPatch, fresh_default_set: None
+) -> None:
+    fake = types.ModuleType("sdax")
+    fake.RetryableException = BaseException  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sdax", fake)
+    assert default_retryable_exceptions() == (ConnectionError, TimeoutError, RetryableException)
+
+
 def test_default_set_is_looked_up_once(
     monkeypatch: pytest.MonkeyPatch, fresh_default_set: None
 ) -> None:

@@ -7,6 +7,7 @@ same object, so direct calls and static types are unchanged. The Hamilton transl
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Final, Generic, TypeVar, cast, final
@@ -38,6 +39,7 @@ ExceptionTypes = tuple[type[BaseException], ...]
 # --------------------------------------------------------------------------------------------
 
 _default_retryable: ExceptionTypes | None = None
+_NEVER_RETRYABLE: Final = (asyncio.CancelledError, KeyboardInterrupt, SystemExit)
 
 
 def default_retryable_exceptions() -> ExceptionTypes:
@@ -52,7 +54,11 @@ def default_retryable_exceptions() -> ExceptionTypes:
             pass
         else:
             extra = getattr(sdax, "RetryableException", None)
-            if isinstance(extra, type) and issubclass(extra, BaseException):
+            if (
+                isinstance(extra, type)
+                and issubclass(extra, BaseException)
+                and not any(issubclass(never, extra) for never in _NEVER_RETRYABLE)
+            ):
                 found.append(extra)
         _default_retryable = tuple(found)
     return _default_retryable
