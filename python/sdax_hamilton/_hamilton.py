@@ -198,8 +198,8 @@ def _admitted() -> dict[type, str]:
         macros.pipe: "pipe_input",
         macros.pipe_input: "pipe_input",
         macros.pipe_output: "pipe_output",
-        macros.model: "creator",
-        macros.dynamic_transform: "creator",
+        macros.model: "model",
+        macros.dynamic_transform: "model",
         recursive.subdag: "subdag",
         recursive.parameterized_subdag: "parameterized_subdag",
         delayed.resolve: "dynamic",
@@ -387,9 +387,10 @@ class _Prov:
 class _Resolution:
     """Provenance of the nodes of one declaration's resolution, keyed by current name."""
 
-    def __init__(self, fn: FunctionType, mount: tuple[str, ...]) -> None:
+    def __init__(self, fn: FunctionType, mount: tuple[str, ...], config: dict[str, Any]) -> None:
         self.fn = fn
         self.mount = mount
+        self.config = config
         self.roles: dict[str, _Prov] = {}
         self.installed: list[tuple[object, str]] = []
 
@@ -677,7 +678,7 @@ class _Translator:
         """Expand one declaration with Hamilton's lifecycle, recording provenance."""
         base = _fm("base")
         clone = _clone(fn)
-        resolution = _Resolution(fn, mount)
+        resolution = _Resolution(fn, mount, config)
         try:
             for _lifecycle, modifier in _modifiers(clone):
                 self._intercept(modifier, resolution)
@@ -852,6 +853,18 @@ class _Translator:
             res.roles[loader.name] = res.made(_CALL)
             res.roles[selector.name] = res.made(_ALIAS)
             return [loader, selector]
+
+        res.install(modifier, "generate_nodes", generate_nodes)
+
+    @staticmethod
+    def _intercept_model(modifier: Any, res: _Resolution) -> None:
+        original = modifier.generate_nodes
+
+        def generate_nodes(fn: Any, config: dict[str, Any]) -> Any:
+            # Hamilton 1.90's dynamic_transform declares its config key through a misspelt
+            # hook (``require_config``), so the lifecycle filters it out; give it the
+            # configuration it reads.
+            return original(fn, {**config, **res.config})
 
         res.install(modifier, "generate_nodes", generate_nodes)
 
