@@ -10,7 +10,7 @@ import logging
 
 import guide_graph  # the example's Hamilton module; Python puts this folder on sys.path
 
-from sdax_hamilton import Driver, failures
+from sdax_hamilton import Driver, ExecutionError
 
 
 async def main() -> None:
@@ -36,9 +36,10 @@ async def main() -> None:
         await plan.execute(
             inputs={"database": ":memory:", "log": log, "network": guide_graph.FlakyNetwork(9)}
         )
-    except Exception as error:  # ExecutionError with the original ConnectionError inside
-        print("second run failed as expected:", type(error).__name__, error)
-        print("secondary diagnostics:", failures(error))
+    except ExecutionError as error:  # the original exceptions are its leaves
+        print("second run failed as expected:", error)
+        for leaf in error.exceptions:
+            print(f"  {type(leaf).__name__}: {leaf}", *getattr(leaf, "__notes__", ()), sep="\n    ")
     for number, event in enumerate(log.events, 1):
         print(f"{number}. {event}")
 
