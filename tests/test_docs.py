@@ -69,24 +69,34 @@ class Block:
         return f"{self.page.name}:{self.line}"
 
 
-def parse_blocks(text: str, page: Path) -> list[Block]:
-    """Split a Markdown page into its fenced code blocks, pairing ``# output`` blocks."""
-    lines = text.splitlines()
-    raw: list[tuple[int, int, str, str]] = []  # (first code line, closing line, info, code)
+@dataclass(frozen=True)
+class _Fenced:
+    opening: int
+    """0-based index of the opening fence line."""
+    closing: int
+    """0-based index of the closing fence line."""
+    info: str
+    code: str
+
+
+def _scan(lines: list[str], page: Path) -> tuple[list[_Fenced], list[str]]:
+    """Fenced blocks and prose lines of a page; HTML comments (CommonMark HTML blocks)
+    belong to neither, so a fence inside a comment is not a block."""
+    fenced: list[_Fenced] = []
+    prose: list[str] = []
     index = 0
     while index < len(lines):
         if lines[index].lstrip(" ").startswith("<!--"):
-            # An HTML comment (CommonMark HTML block): no fences inside it.
             while index < len(lines) and "-->" not in lines[index]:
                 index += 1
             index += 1
             continue
         opening = _FENCE.match(lines[index])
         if opening is None:
+            prose.append(lines[index])
             index += 1
             continue
         fence, indent = opening["fence"], len(opening["indent"])
-        info = opening["info"].strip()
         body: list[str] = []
         close = index + 1
         while close < len(lines):
@@ -105,8 +115,18 @@ def parse_blocks(text: str, page: Path) -> list[Block]:
             close += 1
         if close == len(lines):
             raise ValueError(f"{page.name}:{index + 1}: unclosed code fence")
-        raw.append((index + 2, close, info, "\n".join(body) + "\n"))
+        fenced.append(_Fenced(index, close, opening["info"].strip(), "\n".join(body) + "\n"))
         index = close + 1
+    return fenced, prose
+
+
+def parse_blocks(text: str, page: Path) -> list[Block]:
+    """Split a Markdown page into its fenced code blocks, pairing ``# output`` blocks."""
+    lines = text.splitlines()
+    raw = [
+        (block.opening + 2, block.closing, block.info, block.code)
+        for block in _scan(lines, page)[0]
+    ]  # (1-based first code line, 0-based closing line, info, code)
 
     blocks: list[Block] = []
     for number, (first, closing_line, info, code) in enumerate(raw):
@@ -190,6 +210,42 @@ def test_convention_is_stated_at_the_top_of_the_api_reference() -> None:
     comment = head[: head.index("-->")]
     for fragment in ("sys.modules", "PyCF_ALLOW_TOP_LEVEL_AWAIT", "no-run", "# output"):
         assert fragment in comment
+
+
+_LINK = re.compile(r"\[[^\]]*\]\((?P<target>[^)\s]+)\)")
+_HEADING = re.compile(r"^#{1,6} +(?P<title>.+?) *$")
+
+
+def _prose(page: Path) -> list[str]:
+    return _scan(page.read_text(encoding="utf-8").splitlines(), page)[1]
+
+
+def _anchors(page: Path) -> set[str]:
+    """GitHub-style heading anchors of a page (code blocks and comments ignored)."""
+    anchors: set[str] = set()
+    for line in _prose(page):
+        heading = _HEADING.match(line)
+        if heading is not None:
+            title = heading["title"].replace("`", "").lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_relative_links_point_at_existing_pages_and_headings(page: Path) -> None:
+    broken = []
+    for match in _LINK.finditer("\n".join(_prose(page))):
+        target = match["target"]
+        if re.match(r"[a-z]+:", target):
+            continue  # an external URL
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists():
+            broken.append(target)
+        elif anchor and linked.suffix == ".md":
+            if anchor not in _anchors(linked):
+                broken.append(target)
+    assert broken == []
 
 
 # The extractor itself: a page it misreads would silently skip or mangle examples.
