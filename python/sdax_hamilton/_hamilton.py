@@ -159,7 +159,13 @@ _PLUGIN_OF: dict[type, _Plugin] = {}
 def _fm(name: str) -> Any:
     """A ``hamilton.function_modifiers`` submodule (the package re-binds some names, e.g.
     ``configuration`` is also a dependency helper, so attribute access is unreliable)."""
-    return importlib.import_module(f"hamilton.function_modifiers.{name}")
+    module = _FM_CACHE.get(name)
+    if module is None:
+        module = _FM_CACHE[name] = importlib.import_module(f"hamilton.function_modifiers.{name}")
+    return module
+
+
+_FM_CACHE: dict[str, Any] = {}
 
 
 def _admitted() -> dict[type, str]:
