@@ -12,7 +12,7 @@ use pyo3::basic::CompareOp;
 use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyFloat, PyFrozenSet, PyInt, PyList, PyString, PyTuple, PyType};
+use pyo3::types::{PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PyString, PyTuple, PyType};
 
 use sdax_core::{Command, Graph, NodeDef, Plan, Policy, Run};
 
@@ -144,11 +144,9 @@ struct PyPolicy {
     retryable: Option<Py<PyTuple>>,
 }
 
-#[pymethods]
 impl PyPolicy {
-    #[new]
-    #[pyo3(signature = (*, timeout=None, retries=None, retryable_exceptions=None, initial_delay=None, backoff_factor=None))]
-    fn py_new(
+    /// Validation in SPEC 2.2 order; `None` (the Rust option) = argument not given.
+    fn build(
         py: Python<'_>,
         timeout: Option<&Bound<'_, PyAny>>,
         retries: Option<&Bound<'_, PyAny>>,
@@ -156,7 +154,6 @@ impl PyPolicy {
         initial_delay: Option<&Bound<'_, PyAny>>,
         backoff_factor: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
-        // retries
         let (retries_obj, retries_core) = match retries {
             None => (0u32.into_pyobject(py)?.cast_into::<PyInt>()?, 0u32),
             Some(r) => {
@@ -206,7 +203,46 @@ impl PyPolicy {
             retryable,
         })
     }
+}
 
+#[pymethods]
+impl PyPolicy {
+    /// Keyword-only; an argument that is not given takes its default, while an explicit
+    /// `None` is only valid for `timeout` and `retryable_exceptions`.
+    #[new]
+    #[pyo3(signature = (**kwargs))]
+    fn py_new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
+        let mut args: [Option<Bound<'_, PyAny>>; 5] = [None, None, None, None, None];
+        const NAMES: [&str; 5] = [
+            "timeout",
+            "retries",
+            "retryable_exceptions",
+            "initial_delay",
+            "backoff_factor",
+        ];
+        if let Some(kwargs) = kwargs {
+            for (key, value) in kwargs.iter() {
+                let key = key.cast::<PyString>()?.to_str()?.to_owned();
+                match NAMES.iter().position(|n| *n == key) {
+                    Some(i) => args[i] = Some(value),
+                    None => {
+                        return Err(PyTypeError::new_err(format!(
+                            "Policy() got an unexpected keyword argument '{key}'"
+                        )))
+                    }
+                }
+            }
+        }
+        let [timeout, retries, retryable_exceptions, initial_delay, backoff_factor] = args;
+        Self::build(
+            py,
+            timeout.as_ref(),
+            retries.as_ref(),
+            retryable_exceptions.as_ref(),
+            initial_delay.as_ref(),
+            backoff_factor.as_ref(),
+        )
+    }
     #[getter]
     fn timeout(&self) -> Option<f64> {
         self.core.timeout()
@@ -367,7 +403,7 @@ fn _make_policy(
     initial_delay: &Bound<'_, PyAny>,
     backoff_factor: &Bound<'_, PyAny>,
 ) -> PyResult<PyPolicy> {
-    PyPolicy::py_new(
+    PyPolicy::build(
         py,
         Some(timeout),
         Some(retries),
