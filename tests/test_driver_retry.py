@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 import pytest
-from test_driver_support import Journal, Node, clean_loop, execute, notes, started
+from test_driver_support import MODES, Journal, Mode, Node, clean_loop, execute, notes, started
 
 from sdax_hamilton import _core
 from sdax_hamilton._failures import ExecutionError, RetryableException, failures
@@ -136,10 +136,15 @@ async def test_seed_makes_the_delays_reproducible(caplog: pytest.LogCaptureFixtu
         assert low <= delay <= high
 
 
-async def test_timeout_cancels_the_attempt_and_waits_for_it_to_drain_before_retrying() -> None:
+@pytest.mark.parametrize("mode_name", MODES)
+async def test_timeout_cancels_the_attempt_and_waits_for_it_to_drain_before_retrying(
+    mode_name: str,
+) -> None:
+    mode = Mode(mode_name)
     journal = Journal()
 
     async def a() -> str:
+        mode.seen()
         attempt = journal.count("start")
         journal("start")
         if attempt == 0:
@@ -151,80 +156,139 @@ async def test_timeout_cancels_the_attempt_and_waits_for_it_to_drain_before_retr
                     await asyncio.sleep(0.002)
                 journal("drained")
                 raise
+        mode.finish.set()
         return "second"
 
+    nodes, outputs = mode.nodes(Node("a", a, timeout=0.01, retries=1))
     with clean_loop():
-        assert await execute([Node("a", a, timeout=0.01, retries=1)], ["a"]) == {"a": "second"}
+        result = await execute(nodes, outputs)
+    assert result["a"] == "second"
     assert journal.entries == ["start", "cancelled", "drained", "start"]
+    mode.check()
 
 
-async def test_timeout_without_retries_left_is_a_builtin_timeout_error_leaf() -> None:
+@pytest.mark.parametrize("mode_name", MODES)
+async def test_timeout_without_retries_left_is_a_builtin_timeout_error_leaf(
+    mode_name: str,
+) -> None:
+    mode = Mode(mode_name)
     calls = 0
 
     async def a() -> int:
         nonlocal calls
+        mode.seen()
         calls += 1
         await asyncio.Event().wait()
         return 0
 
+    nodes, outputs = mode.nodes(Node("a", a, timeout=0.005, retries=2))
     with clean_loop():
         with pytest.raises(ExecutionError) as info:
-            await execute([Node("a", a, timeout=0.005, retries=2)], ["a"])
+            await execute(nodes, outputs)
     (leaf,) = info.value.exceptions
     assert type(leaf) is TimeoutError
     assert calls == 3
     assert "sdax_hamilton: node 'a' failed after 3 attempts" in notes(leaf)
+    mode.check()
 
 
-async def test_timeout_is_not_retried_when_timeout_error_is_not_in_the_set() -> None:
+@pytest.mark.parametrize("mode_name", MODES)
+async def test_timeout_is_not_retried_when_timeout_error_is_not_in_the_set(
+    mode_name: str,
+) -> None:
+    mode = Mode(mode_name)
     calls = 0
 
     async def a() -> int:
         nonlocal calls
+        mode.seen()
         calls += 1
         await asyncio.Event().wait()
         return 0
 
+    node = Node("a", a, timeout=0.005, retries=2, retryable=(ConnectionError,))
+    nodes, outputs = mode.nodes(node)
     with clean_loop():
         with pytest.raises(ExecutionError) as info:
-            await execute(
-                [Node("a", a, timeout=0.005, retries=2, retryable=(ConnectionError,))], ["a"]
-            )
+            await execute(nodes, outputs)
     assert calls == 1
     assert type(info.value.exceptions[0]) is TimeoutError
+    mode.check()
 
 
-async def test_an_attempt_that_swallows_its_timeout_and_returns_is_a_success() -> None:
+@pytest.mark.parametrize("mode_name", MODES)
+async def test_an_attempt_that_swallows_its_timeout_and_returns_is_a_success(
+    mode_name: str,
+) -> None:
+    mode = Mode(mode_name)
     calls = 0
 
     async def a() -> str:
         nonlocal calls
+        mode.seen()
         calls += 1
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
+            mode.finish.set()
             return "swallowed"
         return "never"
 
+    nodes, outputs = mode.nodes(Node("a", a, timeout=0.005, retries=2))
     with clean_loop():
-        assert await execute([Node("a", a, timeout=0.005, retries=2)], ["a"]) == {"a": "swallowed"}
+        result = await execute(nodes, outputs)
+    assert result["a"] == "swallowed"
     assert calls == 1
+    mode.check()
 
 
-async def test_an_exception_raised_while_draining_a_timeout_is_reported_as_itself() -> None:
+@pytest.mark.parametrize("mode_name", MODES)
+async def test_an_exception_raised_while_draining_a_timeout_is_reported_as_itself(
+    mode_name: str,
+) -> None:
+    mode = Mode(mode_name)
     converted = ConnectionAbortedError("closed while cancelling")
 
     async def a() -> int:
+        mode.seen()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             raise converted from None
         return 0
 
+    nodes, outputs = mode.nodes(Node("a", a, timeout=0.005, retryable=(ValueError,)))
     with clean_loop():
         with pytest.raises(ExecutionError) as info:
-            await execute([Node("a", a, timeout=0.005, retryable=(ValueError,))], ["a"])
+            await execute(nodes, outputs)
     assert info.value.exceptions == (converted,)
+    mode.check()
+
+
+@pytest.mark.parametrize("mode_name", MODES)
+async def test_a_timeout_inside_the_node_itself_is_the_nodes_own_timeout_error(
+    mode_name: str,
+) -> None:
+    # asyncio.timeout inside the node uses the same cancel/uncancel counting as ours.
+    mode = Mode(mode_name)
+    calls = 0
+
+    async def a() -> str:
+        nonlocal calls
+        mode.seen()
+        calls += 1
+        if calls == 1:
+            async with asyncio.timeout(0.001):
+                await asyncio.Event().wait()
+        mode.finish.set()
+        return "ok"
+
+    nodes, outputs = mode.nodes(Node("a", a, timeout=5.0, retries=1))
+    with clean_loop():
+        result = await execute(nodes, outputs)
+    assert result["a"] == "ok"
+    assert calls == 2
+    mode.check()
 
 
 async def test_there_is_no_total_deadline_only_per_attempt_timeouts() -> None:

@@ -174,3 +174,40 @@ async def started(event: asyncio.Event, limit: float = 5.0) -> None:
 
 def notes(exc: BaseException) -> list[str]:
     return list(getattr(exc, "__notes__", []))
+
+
+class Mode:
+    """Run one tested node alone (awaited inline) or beside a companion (as a task)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.finish = asyncio.Event()  # the tested node sets it when it returns
+        self.tasks: list[asyncio.Task[Any] | None] = []
+
+    def seen(self) -> None:
+        """Call inside the tested node: records which task ran it."""
+        self.tasks.append(asyncio.current_task())
+
+    def nodes(self, node: Node) -> tuple[list[Node], list[str]]:
+        if self.name == "inline":
+            return [node], [node.name]
+
+        async def companion() -> None:
+            await self.finish.wait()
+
+        return [node, Node("companion", companion)], [node.name, "companion"]
+
+    def check(self, runner: asyncio.Task[Any] | None = None) -> None:
+        """The node ran in the run's own task (inline) or in others; ``runner`` is the task
+        that awaited the run when it is not the current one."""
+        me = runner or asyncio.current_task()
+        assert self.tasks, "the tested node never ran"
+        if self.name == "inline":
+            assert all(task is me for task in self.tasks)
+        else:
+            assert all(task is not me for task in self.tasks)
+        if runner is None:
+            assert me is not None and me.cancelling() == 0  # timeouts took their cancels back
+
+
+MODES = ["inline", "task"]

@@ -18,10 +18,18 @@ Shape of one run (``open_run`` returns an async context manager):
   caller's task receives meanwhile; then the primary is re-raised (same object, secondary
   diagnostics attached) or, when there is none, an ``ExecutionError`` / ``BaseExceptionGroup``.
 
-Hot path: a lone ready forward job with no timeout, nothing else running, is awaited
-inline in the coordinator (no task); sync functions are called directly on the loop thread.
-Everything else runs as tasks wrapped so that no exception (``KeyboardInterrupt`` included)
-ever escapes a task into the loop.
+Hot path: a lone ready forward job (nothing else running or waiting to retry) is awaited
+inline in the coordinator, no task; its timeout, if any, is a timer cancelling the
+coordinator's task and taking the request back with ``uncancel()`` (the ``asyncio.timeout``
+technique), so a rise of ``Task.cancelling()`` not of our making is the caller's
+cancellation. Sync functions are called directly on the loop thread. Everything else runs as
+tasks wrapped so that no exception (``KeyboardInterrupt`` included) ever escapes a task into
+the loop; their timeouts are timers cancelling the attempt's own task.
+
+Known limit of inline attempts: the caller's task *is* the attempt's task, so a second caller
+cancellation (or one arriving while the attempt drains its own timeout) is delivered into the
+attempt too, where a task attempt would be cancelled only once. Attempts that let the first
+cancellation out (the normal case) cannot tell the difference.
 """
 
 from __future__ import annotations
@@ -135,6 +143,7 @@ class _Attempt:
 
     __slots__ = (
         "aw",
+        "baseline",
         "began",
         "cancelled",
         "inline",
@@ -157,6 +166,7 @@ class _Attempt:
         self.cancelled = False  # the core CANCELled this attempt
         self.timed_out = False  # our timer cancelled this attempt
         self.inline = False  # awaited in the coordinator itself
+        self.baseline = 0  # inline: the task's cancelling() count when the attempt began
 
 
 def _plural(count: int) -> str:
@@ -299,7 +309,6 @@ class _RunContext:
                     not shutdown
                     and len(fresh) == 1
                     and self._live == 0
-                    and fresh[0].timeout is None
                     and not fresh[0].cancelled
                     and run.pending == 1
                 ):
@@ -517,22 +526,53 @@ class _RunContext:
             self._post((_RETURNED, attempt, value))
 
     async def _inline(self, attempt: _Attempt) -> None:
-        """Await a lone forward attempt in the coordinator itself (no task)."""
+        """Await a lone forward attempt in the coordinator itself (no task).
+
+        The caller's task is the attempt's task, so cancellations are told apart by count
+        (the ``asyncio.timeout`` technique): our timeout cancels the task once and takes
+        its request back with ``uncancel()``; any other rise of ``cancelling()`` during the
+        attempt is the caller's cancellation.
+        """
         attempt.inline = True
         attempt.began = True
         task = self._task
-        before = task.cancelling()
+        before = attempt.baseline = task.cancelling()
+        timeout = attempt.timeout
+        if timeout is not None:
+            attempt.timer = self._loop.call_later(timeout, self._inline_expired, attempt)
         try:
             value = await attempt.aw
         except BaseException as exc:
-            if isinstance(exc, _CancelledError) and task.cancelling() > before:
-                self._caller_cancelled(exc, False)
-            self._post((_RAISED, attempt, exc))
+            outcome: tuple[int, Any, Any] = (_RAISED, attempt, exc)
         else:
-            if task.cancelling() > before:
-                # The caller's cancellation was swallowed by the node, which returned.
+            outcome = (_RETURNED, attempt, value)
+        timer = attempt.timer
+        if timer is not None:
+            attempt.timer = None
+            timer.cancel()
+        if attempt.timed_out:
+            task.uncancel()
+        if task.cancelling() > before:
+            # The caller cancelled meanwhile. When the attempt let that CancelledError out
+            # it is the object we report; when it swallowed or converted it, the caller's
+            # cancellation must not be lost: a fresh one stands for it.
+            payload = outcome[2]
+            if outcome[0] == _RAISED and isinstance(payload, _CancelledError):
+                self._caller_cancelled(payload, False)
+            else:
                 self._caller_cancelled(_CancelledError(), False)
-            self._post((_RETURNED, attempt, value))
+        self._post(outcome)
+
+    def _inline_expired(self, attempt: _Attempt) -> None:
+        attempt.timer = None
+        if attempt.timed_out or attempt.cancelled:
+            return
+        task = self._task
+        if task.cancelling() > attempt.baseline:
+            return  # the caller's cancellation is already on its way into the attempt
+        attempt.timed_out = True
+        task.cancel()
+        self._log_timeout(attempt)
 
     def _on_timeout(self, attempt: _Attempt) -> None:
         attempt.timer = None
@@ -546,11 +586,14 @@ class _RunContext:
             return
         attempt.timed_out = True
         task.cancel()
+        self._log_timeout(attempt)
+
+    def _log_timeout(self, attempt: _Attempt) -> None:
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(
                 "%s: attempt %d timed out after %s s; waiting for it to finish",
                 self._subject(attempt.job),
-                self._run.attempts(attempt.job),
+                attempt.number + 1,
                 attempt.timeout,
             )
 
