@@ -117,7 +117,13 @@ async def test_seed_makes_the_delays_reproducible(caplog: pytest.LogCaptureFixtu
         return execute([Node("a", call, retries=3, initial_delay=0.001)], ["a"], seed=seed)
 
     def logged_delays() -> list[float]:
-        found = [r.args[-1] for r in caplog.records if "retry" in r.msg]  # type: ignore[index]
+        found: list[float] = []
+        for record in caplog.records:
+            if "retry" in str(record.msg):
+                assert isinstance(record.args, tuple)
+                delay = record.args[-1]
+                assert isinstance(delay, float)
+                found.append(delay)
         caplog.clear()
         return found
 

@@ -540,12 +540,12 @@ class _RunContext:
         timeout = attempt.timeout
         if timeout is not None:
             attempt.timer = self._loop.call_later(timeout, self._inline_expired, attempt)
+        raised = False
         try:
-            value = await attempt.aw
+            payload = await attempt.aw
         except BaseException as exc:
-            outcome: tuple[int, Any, Any] = (_RAISED, attempt, exc)
-        else:
-            outcome = (_RETURNED, attempt, value)
+            raised = True
+            payload = exc
         timer = attempt.timer
         if timer is not None:
             attempt.timer = None
@@ -556,12 +556,15 @@ class _RunContext:
             # The caller cancelled meanwhile. When the attempt let that CancelledError out
             # it is the object we report; when it swallowed or converted it, the caller's
             # cancellation must not be lost: a fresh one stands for it.
-            payload = outcome[2]
-            if outcome[0] == _RAISED and isinstance(payload, _CancelledError):
+            if raised and isinstance(payload, _CancelledError):
                 self._caller_cancelled(payload, False)
             else:
                 self._caller_cancelled(_CancelledError(), False)
-        self._post(outcome)
+        # Nothing else is running, so no event can have been queued meanwhile: report now.
+        if raised:
+            self._raised(attempt, payload)
+        else:
+            self._returned(attempt, payload)
 
     def _inline_expired(self, attempt: _Attempt) -> None:
         attempt.timer = None
