@@ -1117,3 +1117,34 @@ def enriched(df: pd.DataFrame) -> pd.DataFrame:
     assert specs["enriched.doubled"].origin.endswith(".doubled")
     frame = pd.DataFrame({"a": [1, 2]})
     assert list(specs["enriched.doubled"].call(**{"enriched.a": frame["a"]})) == [2, 4]
+
+
+def test_projection_borrows_every_owned_acquisition_upstream(make_module: Any) -> None:
+    _, specs = compile_nodes(
+        make_module,
+        """
+def first() -> int:
+    return 1
+
+@shutdown(of=first)
+def release_first(acquired: Acquisition[int]) -> None:
+    pass
+
+def second(first: int) -> int:
+    return first
+
+@shutdown(of=second)
+def release_second(acquired: Acquisition[int]) -> None:
+    pass
+
+def ordinary(second: int) -> dict:
+    return {"field": second}
+
+@extract_fields({"field": int})
+def fields(ordinary: dict) -> dict:
+    return ordinary
+""",
+    )
+    assert borrowing(specs) == {"field": ("first", "second")}
+    assert specs["field"].borrowed
+    assert not specs["ordinary"].borrowed and not specs["fields"].borrowed

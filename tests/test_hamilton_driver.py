@@ -874,3 +874,93 @@ def test_config_drives_resolution_and_is_recorded(make_module: Any) -> None:
     eu = Driver(mod, config={"region": "eu"})
     assert nodes(eu)["tax"].call(amount=10.0) == 2.0
     assert dict(eu._config) == {"region": "eu"}
+
+
+# ------------------------------------------------------------------ optional validation profiles
+
+PROFILED = """
+from collections.abc import Sequence
+from typing import Any
+from hamilton.data_quality.base import DataValidator, ValidationResult
+from hamilton.function_modifiers import check_output, check_output_custom
+
+class Anything(DataValidator):
+    def __init__(self):
+        super().__init__(importance="warn")
+
+    def applies_to(self, datatype):
+        return True
+
+    def description(self):
+        return "anything"
+
+    @classmethod
+    def name(cls):
+        return "anything"
+
+    def validate(self, dataset):
+        return ValidationResult(passes=True, message="")
+"""
+
+
+@pytest.fixture
+def profiles(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Pretend ``check_output_custom`` belongs to a profile (the backends are not installed)."""
+    from hamilton.function_modifiers import validation
+
+    def assign(**by_class: str) -> None:
+        for name, profile in by_class.items():
+            monkeypatch.setitem(translation._PROFILES, getattr(validation, name), profile)
+
+    translation._admitted()
+    return assign
+
+
+def test_more_than_one_validation_profile_is_refused(make_module: Any, profiles: Any) -> None:
+    profiles(check_output_custom="pydantic", check_output="pandera")
+    mod = make_module(
+        PROFILED
+        + """
+@check_output(range=(0, 10))
+@check_output_custom(Anything())
+def g(x: int) -> int:
+    return x
+"""
+    )
+    with pytest.raises(ValueError, match="more than one optional validation profile"):
+        Driver(mod)
+
+
+def test_pydantic_profile_widens_the_validated_type(make_module: Any, profiles: Any) -> None:
+    profiles(check_output_custom="pydantic")
+    mod = make_module(
+        PROFILED
+        + """
+@check_output_custom(Anything())
+def g(x: int) -> int:
+    return x
+"""
+    )
+    specs = nodes(Driver(mod))
+    widened = int | dict[str, Any]
+    assert specs["g_raw"].type == widened
+    assert specs["g"].type == widened
+    assert dict((i.name, i.type) for i in specs["g"].inputs)["g_raw"] == widened
+    assert [i.type for i in specs["g_anything"].inputs] == [widened]
+
+
+def test_pandera_profile_normalises_to_a_dataframe(make_module: Any, profiles: Any) -> None:
+    import pandas as pd  # type: ignore[import-untyped, unused-ignore]
+
+    profiles(check_output_custom="pandera")
+    mod = make_module(
+        PROFILED
+        + """
+@check_output_custom(Anything())
+def g(x: int) -> Sequence[int]:
+    return [x]
+"""
+    )
+    specs = nodes(Driver(mod))
+    assert specs["g_raw"].type is pd.DataFrame
+    assert specs["g"].type is pd.DataFrame

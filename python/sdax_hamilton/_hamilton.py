@@ -200,7 +200,7 @@ def _admitted() -> dict[type, str]:
         expanders.unpack_fields: "extract",
         expanders.extract_columns: "extract",
         expanders.parameterize_extract_columns: "parameterize_extract",
-        macros.does: "creator",
+        macros.does: "does",
         macros.pipe: "pipe_input",
         macros.pipe_input: "pipe_input",
         macros.pipe_output: "pipe_output",
@@ -423,6 +423,18 @@ class _Resolution:
 # --------------------------------------------------------------------------------------------
 
 
+def _profile_type(profile: str, declared: Any) -> Any:
+    """The type of a value validated under an optional validation profile (SPEC 5.6)."""
+    if profile == "pydantic":
+        # h_pydantic validates a model instance or the dict it would be built from.
+        return declared | dict[str, Any]
+    if profile == "pandera":
+        import pandas  # type: ignore[import-untyped, unused-ignore]
+
+        return pandas.DataFrame
+    return declared  # pragma: no cover - no other profiles
+
+
 def _sync_stand_in(name: str) -> Callable[..., Any]:
     """A synchronous function named ``name`` (for Hamilton code that only reads the name)."""
 
@@ -611,16 +623,16 @@ class _Translator:
             validate_type(hints["return"], where=f"{origin} return")
 
     def _check_declaration(self, fn: FunctionType) -> None:
-        decorators = list(_modifiers(fn))
-        shape_from_resolve = any(lifecycle == "dynamic" for lifecycle, _ in decorators)
-        self._check_signature(fn, shape_from_resolve=shape_from_resolve)
-        profiles: list[str] = []
-        for _lifecycle, modifier in decorators:
-            kind = _kind_of(modifier)
-            profile = _PROFILES.get(type(modifier))
-            if profile is not None and profile not in profiles:
-                profiles.append(profile)
-            if kind == "creator" and type(modifier).__name__ == "does":
+        decorators = [modifier for _lifecycle, modifier in _modifiers(fn)]
+        profiles = list(dict.fromkeys(p for m in decorators if (p := _PROFILES.get(type(m)))))
+        # resolve supplies the shape later; pandera's annotation is normalised (5.6). The
+        # generated nodes' types are validated after resolution either way.
+        shape_later = "pandera" in profiles or any(
+            _admitted().get(type(modifier)) == "dynamic" for modifier in decorators
+        )
+        self._check_signature(fn, shape_from_resolve=shape_later)
+        for modifier in decorators:
+            if _kind_of(modifier) == "does":
                 replacing = modifier.replacing_function  # type: ignore[attr-defined]
                 if not isinstance(replacing, FunctionType):
                     raise TypeError(f"{_origin(fn)}: @does requires a Python function")
@@ -807,6 +819,21 @@ class _Translator:
                 for validator_node, validator in zip(validator_nodes, validators, strict=True)
             )
             gate = gate.copy_with(callabl=_validation_gate(gate.name, raw.name, checks))
+            profile = _PROFILES.get(type(modifier))
+            if profile is not None:
+                validated = _profile_type(profile, node_.type)
+                raw = raw.copy_with(typ=validated)
+                gate = gate.copy_with(
+                    typ=validated,
+                    input_types={
+                        **gate.input_types,
+                        raw.name: (validated, gate.input_types[raw.name][1]),
+                    },
+                )
+                validator_nodes = [
+                    v.copy_with(input_types={raw.name: (validated, v.input_types[raw.name][1])})
+                    for v in validator_nodes
+                ]
             res.roles[raw.name] = replace(source, internal=True, gate=gate.name)
             for validator_node in validator_nodes:
                 res.roles[validator_node.name] = res.made(_ALIAS, internal=True, gate=gate.name)
@@ -1232,47 +1259,46 @@ class _Translator:
     ) -> dict[str, tuple[str, ...]]:
         """Owned acquisitions each borrowing-kind node borrows from (SPEC 5.9).
 
-        A projection, validation or pipeline node borrows every owned acquisition it reaches
-        upstream through other borrowing-kind nodes; ordinary user nodes stop the walk.
+        A projection, validation or pipeline node borrows every owned acquisition in its
+        upstream closure (through nodes of any kind, owned ones included).
         """
+        aliases = [name for name, item in by_name.items() if item.prov.kind == _ALIAS]
+        if not owned or not aliases:
+            return {}
+        empty: frozenset[str] = frozenset()
         memo: dict[str, frozenset[str]] = {}
+        visiting: set[str] = set()
 
-        def reach(start: str) -> frozenset[str]:
-            # Iterative post-order over borrowing-kind producers.
+        def producers(name: str) -> list[str]:
+            return [p for p in by_name[name].node.input_types if p in by_name]
+
+        def closure(start: str) -> frozenset[str]:
+            # Iterative post-order; an edge back into the current path (a cycle, reported
+            # by planning when selected) contributes nothing.
             stack: list[tuple[str, bool]] = [(start, False)]
             while stack:
                 name, expanded = stack.pop()
                 if name in memo:
                     continue
-                producers = [
-                    input_name
-                    for input_name in by_name[name].node.input_types
-                    if input_name in by_name
-                ]
                 if not expanded:
+                    if name in visiting:
+                        continue
+                    visiting.add(name)
                     stack.append((name, True))
-                    for producer in producers:
-                        if (
-                            producer not in owned
-                            and by_name[producer].prov.kind == _ALIAS
-                            and producer not in memo
-                        ):
-                            stack.append((producer, False))
+                    stack.extend(
+                        (p, False) for p in producers(name) if p not in memo and p not in visiting
+                    )
                     continue
-                result: set[str] = set()
-                for producer in producers:
+                found: set[str] = set()
+                for producer in producers(name):
                     if producer in owned:
-                        result.add(producer)
-                    elif by_name[producer].prov.kind == _ALIAS:
-                        result.update(memo.get(producer, frozenset()))
-                memo[name] = frozenset(result)
+                        found.add(producer)
+                    found.update(memo.get(producer, empty))
+                memo[name] = frozenset(found) if found else empty
+                visiting.discard(name)
             return memo[start]
 
-        return {
-            name: tuple(sorted(reach(name)))
-            for name, item in by_name.items()
-            if item.prov.kind == _ALIAS
-        }
+        return {name: tuple(sorted(closure(name))) for name in aliases}
 
 
 # --------------------------------------------------------------------------------------------
