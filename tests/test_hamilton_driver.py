@@ -906,7 +906,7 @@ class Anything(DataValidator):
 @pytest.fixture
 def profiles(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Pretend ``check_output_custom`` belongs to a profile (the backends are not installed)."""
-    from hamilton.function_modifiers import validation
+    from hamilton.function_modifiers import validation  # type: ignore[import-untyped]
 
     def assign(**by_class: str) -> None:
         for name, profile in by_class.items():
