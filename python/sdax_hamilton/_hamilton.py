@@ -1058,9 +1058,14 @@ class _Translator:
             by_name[name] = item
             validate_type(item.node.type, where=f"node {name} ({_origin(item.prov.decl)})")
 
-        # Hamilton's own edge check over every node that config does not replace.
+        # Hamilton's own edge check over every node that config does not replace (on copies
+        # without references, so the node callables do not keep Hamilton's graph alive).
         hamilton_graph.update_dependencies(
-            {name: item.node for name, item in by_name.items() if name not in self.config},
+            {
+                name: item.node.copy(include_refs=False)
+                for name, item in by_name.items()
+                if name not in self.config
+            },
             LifecycleAdapterSet(),
             reset_dependencies=False,
         )
