@@ -59,6 +59,8 @@ impl NodeDef {
 pub enum GraphError {
     /// Two nodes share a name.
     DuplicateNode(String),
+    /// More nodes than job ids can number (`2 * n` must fit in `u32`).
+    TooManyNodes(usize),
     /// `node` borrows from `borrow`, which is not a node.
     UnknownBorrow { node: String, borrow: String },
     /// `node` borrows from `borrow`, which owns no resource.
@@ -74,6 +76,7 @@ impl fmt::Display for GraphError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             GraphError::DuplicateNode(n) => write!(f, "Duplicate node name: {n:?}"),
+            GraphError::TooManyNodes(n) => write!(f, "Too many nodes: {n}"),
             GraphError::UnknownBorrow { node, borrow } => {
                 write!(f, "Node {node:?} borrows from unknown node {borrow:?}")
             }
@@ -155,9 +158,9 @@ impl Graph {
     /// Cycles are reported by [`Graph::select`] (only the selected part must be acyclic).
     pub fn new(nodes: Vec<NodeDef>) -> Result<Self, GraphError> {
         let n = nodes.len();
-        if n >= u32::MAX as usize {
+        if n >= (u32::MAX / 2) as usize {
             // Job ids are u32 and releases use n + i.
-            return Err(GraphError::DuplicateNode("<too many nodes>".to_owned()));
+            return Err(GraphError::TooManyNodes(n));
         }
         let mut index: HashMap<String, u32> = HashMap::with_capacity(n);
         for (i, node) in nodes.iter().enumerate() {

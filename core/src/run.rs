@@ -328,7 +328,8 @@ impl Run {
         }
         j.state = JobState::Running;
         let attempt = j.attempts;
-        j.attempts += 1;
+        // saturating: u32::MAX retries can never all run, but never overflow either
+        j.attempts = j.attempts.saturating_add(1);
         out.push(Command {
             op: Op::Start,
             job: job as u32,
@@ -346,7 +347,7 @@ impl Run {
         }
         r.state = JobState::Running;
         let attempt = r.attempts;
-        r.attempts += 1;
+        r.attempts = r.attempts.saturating_add(1);
         let timeout = self.plan.releases[i].and_then(|p| p.timeout());
         out.push(Command {
             op: Op::Start,
