@@ -655,8 +655,13 @@ impl PyRun {
                     )));
                 }
                 // Any int: reduced modulo 2**64.
-                let mask = s.py().eval(c"(1 << 64) - 1", None, None)?;
-                Some(s.bitand(mask)?.extract::<u64>()?)
+                match s.extract::<u64>() {
+                    Ok(v) => Some(v),
+                    Err(_) => {
+                        let mask = u64::MAX.into_pyobject(s.py())?;
+                        Some(s.bitand(mask)?.extract::<u64>()?)
+                    }
+                }
             }
         };
         Ok(PyRun {
