@@ -218,7 +218,9 @@ def _admitted() -> dict[type, str]:
         adapters.datasaver: "creator",
     }
     for plugin in _PLUGINS:
-        if not _backend_installed(plugin.backend):
+        # Whether the backend is installed is checked whenever a plugin decorator is met
+        # (_kind_of); here only plugins that import at all are recorded.
+        if importlib.util.find_spec(plugin.backend.split(".")[0]) is None:
             continue
         try:
             module = importlib.import_module(plugin.module)
