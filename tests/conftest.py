@@ -38,7 +38,8 @@ def load_module(source: str, name: str | None = None) -> Any:
     module_name = name or f"sdax_test_graph_{_module_counter}"
     module = types.ModuleType(module_name)
     sys.modules[module_name] = module
-    exec(compile(textwrap.dedent(source), f"<{module_name}>", "exec"), module.__dict__)
+    code = compile(textwrap.dedent(source), f"<{module_name}>", "exec", dont_inherit=True)
+    exec(code, module.__dict__)
     return module
 
 
