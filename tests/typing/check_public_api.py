@@ -1,0 +1,92 @@
+"""Static typing expectations of the public API, checked by ``mypy --strict`` in CI.
+
+Not a pytest module: nothing here runs. Each ``assert_type`` is a claim about what a type
+checker infers; each ``type: ignore[code]`` marks a call that must be rejected (CI runs
+mypy with ``warn_unused_ignores``, so an accepted call fails the check).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Coroutine, Mapping
+from typing import Any, assert_type
+
+from sdax_hamilton import (
+    Acquisition,
+    Driver,
+    ExecutionError,
+    PreparedPlan,
+    RetryableException,
+    execution,
+    failures,
+    shutdown,
+)
+
+
+class Connection:
+    async def close(self) -> None: ...
+
+
+async def connection(dsn: str, *, pool: int = 1) -> Connection:
+    return Connection()
+
+
+@execution(timeout=5.0, retries=3, initial_delay=0.5, backoff_factor=2.0)
+async def fetch(connection: Connection, *, limit: int = 10) -> list[str]:
+    return []
+
+
+@execution(retries=1)
+def parse(raw: str) -> int:
+    return int(raw)
+
+
+@shutdown(of=connection, timeout=2.0)
+async def close_connection(acquired: Acquisition[Connection]) -> None:
+    if acquired.is_valid:
+        await acquired.value.close()
+
+
+def signatures_are_preserved() -> None:
+    # The decorators return the very function, so calls keep their exact types.
+    assert_type(parse("1"), int)
+    fetched = fetch(Connection(), limit=3)
+    _ = assert_type(fetched, Coroutine[Any, Any, list[str]])
+    fetched.close()
+    released = close_connection(Acquisition())
+    _ = assert_type(released, Coroutine[Any, Any, None])
+    released.close()
+    parse(1)  # type: ignore[arg-type]
+    _ = fetch(Connection(), 3)  # type: ignore[call-arg]
+    parse("1", extra=True)  # type: ignore[call-arg]
+
+
+def acquisition_is_generic(acquired: Acquisition[Connection]) -> None:
+    assert_type(acquired.value, Connection)
+    assert_type(acquired.raw_value, Any)
+    assert_type(acquired.is_valid, bool)
+    assert_type(acquired.has_value, bool)
+
+
+def decorator_arguments_are_keyword_only() -> None:
+    execution(5.0)  # type: ignore[call-arg, arg-type]
+    shutdown(connection)  # type: ignore[call-arg]
+
+
+async def plans(module: types.ModuleType) -> None:
+    plan = Driver(module, config={"region": "eu"}).prepare(["fetch"], check_outputs=True)
+    assert_type(plan, PreparedPlan)
+    assert_type(plan.outputs, tuple[str, ...])
+    assert_type(plan.override_nodes, frozenset[str])
+    assert_type(plan.required_inputs, Mapping[str, tuple[Any, ...]])
+    result = await plan.execute(inputs={"dsn": "sqlite://"})
+    assert_type(result, dict[str, Any])
+    async with plan.open(inputs={"dsn": "sqlite://"}) as values:
+        assert_type(values, dict[str, Any])
+    assert_type(plan.to_dot(), str)
+
+
+def failure_types(error: BaseException) -> None:
+    assert_type(failures(error), tuple[BaseException, ...])
+    assert issubclass(ExecutionError, ExceptionGroup)
+    assert issubclass(RetryableException, Exception)
