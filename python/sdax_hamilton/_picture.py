@@ -129,7 +129,7 @@ def plan_to_dot(
 
 def render(dot: str, path: str | os.PathLike[str], *, format: str | None = None) -> Path:
     try:
-        import graphviz  # type: ignore[import-not-found,unused-ignore]
+        import graphviz  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError as error:
         raise ImportError(
             "PreparedPlan.visualize() needs the 'graphviz' package "
