@@ -32,7 +32,7 @@ class RetryableException(Exception):
     """Raise (or subclass) this to ask for a retry under the default retryable set."""
 
 
-class ExecutionError(ExceptionGroup):  # type: ignore[type-arg]
+class ExecutionError(ExceptionGroup[Exception]):
     """A run failed and no caller-side exception is primary.
 
     One level: the leaves are the original exception objects raised by nodes and releases,
@@ -103,6 +103,7 @@ def failure_group(collected: Sequence[BaseException]) -> BaseException:
             seen.add(id(item))
             leaves.append(item)
     message = "sdax_hamilton execution failed"
-    if all(isinstance(leaf, Exception) for leaf in leaves):
-        return ExecutionError(message, leaves)
+    ordinary = [leaf for leaf in leaves if isinstance(leaf, Exception)]
+    if len(ordinary) == len(leaves):
+        return ExecutionError(message, ordinary)
     return BaseExceptionGroup(message, leaves)
