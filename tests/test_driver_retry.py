@@ -370,3 +370,42 @@ async def test_no_new_attempt_starts_after_a_retryable_failure_races_a_final_one
         with pytest.raises(ExecutionError):
             await execute(nodes, ["retryable", "final"])
     assert calls == {"retryable": 1, "final": 1}
+
+
+async def test_inline_timeouts_stay_per_attempt_along_a_chain() -> None:
+    # One timer serves the inline attempts of a run: an early deadline left over from a
+    # finished attempt must not cut a later, longer one, and a later, shorter deadline
+    # must not wait for an earlier, longer one.
+    loop = asyncio.get_running_loop()
+    me = asyncio.current_task()
+    ran_in: list[asyncio.Task[Any] | None] = []
+
+    async def quick() -> int:
+        ran_in.append(asyncio.current_task())
+        return 1
+
+    async def slow(quick: int) -> int:
+        ran_in.append(asyncio.current_task())
+        await asyncio.sleep(0.03)  # well past quick's 0.005 s deadline
+        return 2
+
+    async def stuck(slow: int) -> int:
+        ran_in.append(asyncio.current_task())
+        await asyncio.Event().wait()
+        return 3
+
+    nodes = [
+        Node("quick", quick, timeout=0.005),
+        Node("slow", slow, ("quick",), timeout=30.0),
+        Node("stuck", stuck, ("slow",), timeout=0.01),
+    ]
+    begin = loop.time()
+    with clean_loop():
+        with pytest.raises(ExecutionError) as info:
+            await execute(nodes, ["stuck"])
+    assert loop.time() - begin < 5.0  # cut at its own 0.01 s, not at slow's 30 s
+    (leaf,) = info.value.exceptions
+    assert type(leaf) is TimeoutError
+    assert "sdax_hamilton: node 'stuck' failed after 1 attempt" in notes(leaf)
+    assert ran_in == [me, me, me]
+    assert me is not None and me.cancelling() == 0

@@ -146,6 +146,7 @@ class _Attempt:
         "baseline",
         "began",
         "cancelled",
+        "deadline",
         "inline",
         "job",
         "number",
@@ -167,6 +168,7 @@ class _Attempt:
         self.timed_out = False  # our timer cancelled this attempt
         self.inline = False  # awaited in the coordinator itself
         self.baseline = 0  # inline: the task's cancelling() count when the attempt began
+        self.deadline = 0.0  # inline with a timeout: loop time at which it expires
 
 
 def _plural(count: int) -> str:
@@ -182,6 +184,9 @@ class _RunContext:
         "_entered",
         "_events",
         "_fresh",
+        "_inline_attempt",
+        "_inline_timer",
+        "_inline_when",
         "_kwargs",
         "_live",
         "_loop",
@@ -221,6 +226,9 @@ class _RunContext:
         self._live = 0
         self._primary: BaseException | None = None
         self._secondary: list[BaseException] = []
+        self._inline_attempt: _Attempt | None = None
+        self._inline_timer: asyncio.TimerHandle | None = None
+        self._inline_when = 0.0
 
     # ----------------------------------------------------------------- context protocol
 
@@ -249,6 +257,11 @@ class _RunContext:
         except BaseException:
             self._abandon()
             raise
+        finally:
+            timer = self._inline_timer
+            if timer is not None:
+                self._inline_timer = None
+                timer.cancel()
         if self._primary is None and not self._secondary:
             values = self._values
             return {name: values[name] for name in self._outputs}
@@ -539,17 +552,26 @@ class _RunContext:
         before = attempt.baseline = task.cancelling()
         timeout = attempt.timeout
         if timeout is not None:
-            attempt.timer = self._loop.call_later(timeout, self._inline_expired, attempt)
+            # One timer per run serves every inline attempt: armed for the earliest pending
+            # deadline, re-armed when it fires early for a later one, never cancelled per
+            # attempt (a long inline chain would otherwise pile cancelled timer handles
+            # into the loop's heap without the loop ever running to clean them).
+            loop = self._loop
+            deadline = attempt.deadline = loop.time() + timeout
+            self._inline_attempt = attempt
+            timer = self._inline_timer
+            if timer is None or self._inline_when > deadline:
+                if timer is not None:
+                    timer.cancel()
+                self._inline_when = deadline
+                self._inline_timer = loop.call_at(deadline, self._inline_tick)
         raised = False
         try:
             payload = await attempt.aw
         except BaseException as exc:
             raised = True
             payload = exc
-        timer = attempt.timer
-        if timer is not None:
-            attempt.timer = None
-            timer.cancel()
+        self._inline_attempt = None
         if attempt.timed_out:
             task.uncancel()
         if task.cancelling() > before:
@@ -566,8 +588,15 @@ class _RunContext:
         else:
             self._returned(attempt, payload)
 
-    def _inline_expired(self, attempt: _Attempt) -> None:
-        attempt.timer = None
+    def _inline_tick(self) -> None:
+        self._inline_timer = None
+        attempt = self._inline_attempt
+        if attempt is None:
+            return  # armed for an attempt that has finished; the next one re-arms
+        if attempt.deadline > self._inline_when:
+            self._inline_when = attempt.deadline
+            self._inline_timer = self._loop.call_at(attempt.deadline, self._inline_tick)
+            return
         if attempt.timed_out or attempt.cancelled:
             return
         task = self._task
