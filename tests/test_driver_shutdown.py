@@ -449,3 +449,54 @@ async def test_body_exception_without_cleanup_failures_gets_no_note() -> None:
     assert closed
     assert failures(body_error) == ()
     assert notes(body_error) == []
+
+
+async def test_process_termination_from_the_body_propagates_after_cleanup() -> None:
+    interrupt = KeyboardInterrupt()
+    release_error = OSError("release")
+    journal = Journal()
+
+    async def conn() -> Conn:
+        return Conn("c")
+
+    async def close(acq: Any) -> None:
+        journal("close")
+        raise release_error
+
+    with clean_loop():
+        with pytest.raises(KeyboardInterrupt) as info:
+            async with opened([Node("conn", conn, release=close)], ["conn"]):
+                raise interrupt
+    assert info.value is interrupt
+    assert journal.entries == ["close"]
+    assert failures(interrupt) == (release_error,)
+
+
+async def test_an_owned_node_failing_its_input_check_owes_no_release() -> None:
+    journal = Journal()
+
+    def source() -> object:
+        return "text"
+
+    async def conn(source: object) -> Conn:
+        journal("conn called")
+        return Conn("c")
+
+    async def close(acq: Any) -> None:
+        journal("close")
+
+    nodes = [
+        Node("source", source),
+        Node(
+            "conn",
+            conn,
+            ("source",),
+            input_checks=(("source", lambda value: isinstance(value, int)),),
+            release=close,
+        ),
+    ]
+    with clean_loop():
+        with pytest.raises(ExecutionError) as info:
+            await execute(nodes, ["conn"])
+    assert str(info.value.exceptions[0]) == "Invalid input for conn.source"
+    assert journal.entries == []

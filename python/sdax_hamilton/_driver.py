@@ -521,8 +521,8 @@ class _RunContext:
             if attempt.cancelled:
                 self._post((_UNSTARTED, attempt, None))
                 continue
+            self._live += 1  # before create_task: an eager task factory may finish it at once
             attempt.task = loop.create_task(self._attempt_task(attempt))
-            self._live += 1
             if attempt.timeout is not None:
                 attempt.timer = loop.call_later(attempt.timeout, self._on_timeout, attempt)
         self._fresh.clear()
