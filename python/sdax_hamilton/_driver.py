@@ -501,8 +501,9 @@ class _RunContext:
         attempt.cancelled = True
         task = attempt.task
         if attempt.inline or task is None or attempt.timed_out:
-            # inline: already finished; not launched: _launch handles it; timed out: the
-            # attempt was already cancelled once and is draining.
+            # inline: already finished; no task: either not launched yet (_launch reports
+            # it unstarted) or a sync call whose outcome is queued (reported as drained);
+            # timed out: already cancelled once and draining.
             return
         if not attempt.began:
             # The task never ran a step: cancelling it means the awaitable is never awaited.
@@ -756,8 +757,11 @@ class _RunContext:
             self._execute(self._run.unstarted(job))
             return
         # The call itself ran and returned an awaitable we never awaited: it started.
-        if isinstance(aw, asyncio.Future):
-            aw.cancel()
+        if asyncio.isfuture(aw):
+            if not aw.done():
+                aw.cancel()
+            elif not aw.cancelled():
+                aw.exception()  # retrieved: no "exception was never retrieved" later
         self._execute(self._run.drained(job))
 
     def _bad_input(self, attempt: _Attempt, exc: BaseException) -> None:
