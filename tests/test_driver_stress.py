@@ -21,7 +21,7 @@ async def scenario(rng: random.Random, seed: int) -> None:
     script = {name: [rng.choice(BEHAVIOURS) for _ in range(3)] for name in NAMES}
 
     def make(name: str) -> Any:
-        async def call(**_: Any) -> str:
+        async def call(**inputs: Any) -> str:
             attempt = began.get(name, 0)
             began[name] = attempt + 1
             behaviour = script[name][min(attempt, 2)]
