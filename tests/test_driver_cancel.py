@@ -19,7 +19,7 @@ from test_driver_support import (
     started,
 )
 
-from sdax_hamilton._failures import failures
+from sdax_hamilton._failures import ExecutionError, failures
 
 
 class Conn:
@@ -426,10 +426,16 @@ async def test_keyboard_interrupt_while_draining_a_cancel_becomes_the_primary() 
     assert isinstance(demoted, asyncio.CancelledError)
 
 
-async def test_a_caller_timeout_around_a_run_becomes_timeout_error() -> None:
+@pytest.mark.parametrize("node_timeout", [None, 30.0])
+@pytest.mark.parametrize("mode_name", MODES)
+async def test_a_caller_timeout_around_a_run_becomes_timeout_error(
+    node_timeout: float | None, mode_name: str
+) -> None:
+    mode = Mode(mode_name)
     closed = False
 
     async def conn() -> Conn:
+        mode.seen()
         await asyncio.Event().wait()
         return Conn("never")
 
@@ -437,12 +443,34 @@ async def test_a_caller_timeout_around_a_run_becomes_timeout_error() -> None:
         nonlocal closed
         closed = True
 
+    nodes, outputs = mode.nodes(Node("conn", conn, timeout=node_timeout, release=close))
     with clean_loop():
-        with pytest.raises(TimeoutError):
+        with pytest.raises(TimeoutError) as info:
             async with asyncio.timeout(0.01):
-                await execute([Node("conn", conn, release=close)], ["conn"])
-        assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+                await execute(nodes, outputs)
+        assert isinstance(info.value.__cause__, asyncio.CancelledError)  # the caller's scope
+    mode.check()
     assert closed
+
+
+@pytest.mark.parametrize("mode_name", MODES)
+async def test_a_node_timeout_inside_a_longer_caller_timeout_stays_the_nodes(
+    mode_name: str,
+) -> None:
+    mode = Mode(mode_name)
+
+    async def a() -> int:
+        mode.seen()
+        await asyncio.Event().wait()
+        return 0
+
+    nodes, outputs = mode.nodes(Node("a", a, timeout=0.005))
+    with clean_loop():
+        with pytest.raises(ExecutionError) as info:
+            async with asyncio.timeout(30.0):
+                await execute(nodes, outputs)
+    assert type(info.value.exceptions[0]) is TimeoutError
+    mode.check()
 
 
 async def test_many_concurrent_runs_cancelled_together_each_clean_up_once() -> None:
