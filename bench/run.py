@@ -61,7 +61,8 @@ class Settings:
     concurrent_budget_s: float  # the same for the concurrent-throughput batches
     large: bool  # time the large size of each shape too (prepare always uses both)
     hamilton_concurrent: bool  # Hamilton at 100 concurrent executes (about 10 s a batch)
-    concurrent_shapes: tuple[str, ...]  # shapes whose small plain case is run concurrently
+    concurrent_shapes: tuple[str, ...]  # shapes whose small case is run concurrently
+    concurrent_policy: bool  # the +policy variants too (Hamilton skipped: it ignores them)
     prepare_reps: int
     prepare_policy: bool  # also time prepare on the +policy variants
     old_prepare: bool  # also time 0.2.0's Driver+prepare (its wide fan-out takes seconds)
@@ -76,7 +77,8 @@ FULL = Settings(
     large=True,
     hamilton_concurrent=True,
     concurrent_shapes=("chain", "fanout", "lattice", "resources"),
-    prepare_reps=3,
+    concurrent_policy=True,
+    prepare_reps=5,
     prepare_policy=False,
     old_prepare=True,
     memory_contexts=1000,
@@ -89,6 +91,7 @@ QUICK = Settings(
     large=False,
     hamilton_concurrent=False,
     concurrent_shapes=("chain", "resources"),
+    concurrent_policy=False,
     prepare_reps=1,
     prepare_policy=False,
     old_prepare=False,
@@ -195,9 +198,10 @@ def median_interleaved(
     batches: dict[str, int] = {}
     samples: dict[str, list[float]] = {}
     for runner in todo:
-        first = runner.time(1, concurrency)
-        inner[runner.name] = measure.inner_for(first, settings.batch_s)
-        fit = int(budget // (first * inner[runner.name]))
+        first = runner.time(1, concurrency)  # seconds per execute
+        round_s = first * concurrency  # wall time of one round of concurrent executes
+        inner[runner.name] = measure.inner_for(round_s, settings.batch_s)
+        fit = int(budget // (round_s * inner[runner.name]))
         batches[runner.name] = max(1, min(settings.reps, fit))
         samples[runner.name] = []
         if inner[runner.name] == 1:
@@ -368,7 +372,8 @@ class Suite:
 
     def runners(self, case: shapes.Case, concurrent: bool = False) -> list[Runner]:
         found: list[Runner] = [LocalRunner("floor", self.loop, self.floors[case.key].execute)]
-        if case.key in self.hamilton and (not concurrent or self.settings.hamilton_concurrent):
+        hamilton = not concurrent or (self.settings.hamilton_concurrent and not case.policy)
+        if case.key in self.hamilton and hamilton:
             found.append(LocalRunner("hamilton", self.loop, self.hamilton[case.key]))
         if case.key in self.ours:
             found.append(LocalRunner("ours", self.loop, self.ours[case.key].execute))
@@ -400,12 +405,12 @@ class Suite:
         self.out["latency"] = section
 
     def throughput(self) -> None:
-        """``CONCURRENCY`` simultaneous executes of one plan, on the small plain cases."""
+        """``CONCURRENCY`` simultaneous executes of one plan, on the small cases."""
         section: dict[str, Any] = {}
         small = [
             c
             for c in self.timed
-            if not c.policy
+            if (not c.policy or self.settings.concurrent_policy)
             and c.size == shapes.SIZES[c.shape][0]
             and c.shape in self.settings.concurrent_shapes
         ]
@@ -445,6 +450,7 @@ class Suite:
             outputs = list(case.outputs)
             ham: list[float] = []
             ours: list[tuple[float, float]] = []
+            nogc: list[float] = []
             old: list[float] = []
             with_old = self.settings.old_prepare and self.old is not None and self.old_ok(case)
             for _ in range(self.settings.prepare_reps):
@@ -454,6 +460,11 @@ class Suite:
                 if self.ours_error is None and "ours" not in self.errors[case.key]:
                     try:
                         ours.append(measure.sdax_prepare_seconds(module, outputs))
+                        gc.disable()  # diagnostic: the same build without the collector
+                        try:
+                            nogc.append(sum(measure.sdax_prepare_seconds(module, outputs)))
+                        finally:
+                            gc.enable()
                     except Exception as exc:
                         self.errors[case.key]["ours"] = describe(exc)
                 if with_old:
@@ -472,6 +483,7 @@ class Suite:
                         "ours_prepare_ms": statistics.median([p for _, p in ours]) * 1e3,
                         "ours_total_ms": total * 1e3,
                         "ours_total_us_per_node": total * 1e6 / case.nodes,
+                        "ours_total_us_per_node_gc_off": statistics.median(nogc) * 1e6 / case.nodes,
                         "ratio_to_hamilton": total * 1e3 / row["hamilton_build_ms"],
                     }
                 )
@@ -645,6 +657,7 @@ def render(out: dict[str, Any]) -> str:
                 cell(row, "ours"),
                 over(row, "ours"),
                 "n/a" if ours is None else f"{ours['us_per_execute']:.0f}",
+                _fmt(row.get("0.2.0 floor", {}).get("us_per_call"), ".2f"),
                 cell(row, "0.2.0"),
                 over(row, "0.2.0"),
             ]
@@ -660,6 +673,7 @@ def render(out: dict[str, Any]) -> str:
                 "ours",
                 "ours over floor µs",
                 "ours µs/execute",
+                "0.2.0's floor µs",
                 "0.2.0",
                 "0.2.0 over own floor µs",
             ],
@@ -713,6 +727,7 @@ def render(out: dict[str, Any]) -> str:
                 _fmt(row.get("ours_prepare_ms")),
                 _fmt(row.get("ours_total_ms")),
                 _fmt(row.get("ours_total_us_per_node"), ".0f"),
+                _fmt(row.get("ours_total_us_per_node_gc_off"), ".0f"),
                 _fmt(row.get("ratio_to_hamilton"), ".2f"),
                 _fmt(row.get("old_total_ms")),
             ]
@@ -728,6 +743,7 @@ def render(out: dict[str, Any]) -> str:
                 "ours prepare()",
                 "ours total",
                 "ours µs/node",
+                "(gc off)",
                 "ours / Hamilton",
                 "0.2.0 total",
             ],
@@ -777,7 +793,8 @@ def render(out: dict[str, Any]) -> str:
     rows = []
     for t in out.get("targets", []):
         verdict = {True: "PASS", False: "FAIL", None: "n/a"}[t["pass"]]
-        rows.append([t["target"], _fmt(t["value"], ".2f"), f"{t['unit']} {t['limit']:g}", verdict])
+        limit = "completes" if t["unit"] == "s" else f"{t['unit']} {t['limit']:g}"
+        rows.append([t["target"], _fmt(t["value"], ".2f"), limit, verdict])
     parts.append("### Targets\n\n" + _table(["target", "measured", "limit", "verdict"], rows))
 
     errors = out.get("errors", {})
