@@ -129,7 +129,7 @@ def test_fan_out_abort_cancels_and_drains_every_running_leaf(load: Any) -> None:
     module = load("\n".join(lines) + "\n", BOOM=boom, DRAINED=drained)
     plan = Driver(module).prepare(["failing", *(f"leaf{i}" for i in range(N - 2))])
 
-    async def main() -> BaseException:
+    async def main() -> ExecutionError:
         before = asyncio.all_tasks()
         with pytest.raises(ExecutionError) as caught:
             await plan.execute(inputs={"x": 1})
