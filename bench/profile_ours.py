@@ -1,6 +1,6 @@
 """Profile this package's hot path on one benchmark case.
 
-    /work/venv/bin/python bench/profile_ours.py chain 2000 [--policy] [--what execute|prepare]
+    python bench/profile_ours.py chain 2000 [--policy] [--what execute|prepare]
         [--runs N] [--tool cprofile|pyinstrument] [--top 25]
 
 ``execute``: N sequential ``plan.execute()`` calls of a prepared plan (after one warm-up);

@@ -1,6 +1,6 @@
 """sdax_hamilton benchmark suite: one command, side-by-side runners, PASS/FAIL targets.
 
-    /work/venv/bin/python bench/run.py [--quick] [--with-old] [--out PATH]
+    python bench/run.py [--quick] [--with-old] [--out PATH]
 
 Runners (timed interleaved in one run, rotating order each repetition, medians of reps):
 

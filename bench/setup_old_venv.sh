@@ -4,16 +4,13 @@
 # The benchmark only *runs* that package in a worker process; nothing is copied from it.
 #
 # Usage: bash bench/setup_old_venv.sh [VENV_DIR]   (default: /tmp/sdax-old-venv)
-# The base interpreter defaults to the one behind /work/venv (same CPython build as the
-# package under test, so the two are comparable); override with PYTHON=/path/to/python3.
+# The base interpreter defaults to the one behind the active `python` (same CPython build as
+# the package under test, so the two are comparable); override with PYTHON=/path/to/python3.
 set -euo pipefail
 
 venv_dir="${1:-/tmp/sdax-old-venv}"
 if [[ -z "${PYTHON:-}" ]]; then
-    if [[ -f /work/venv/pyvenv.cfg ]]; then
-        PYTHON="$(sed -n 's/^executable = //p' /work/venv/pyvenv.cfg)"
-    fi
-    PYTHON="${PYTHON:-python3}"
+    PYTHON="$(python -c 'import sys; print(sys._base_executable)' 2>/dev/null || echo python3)"
 fi
 
 if [[ ! -x "$venv_dir/bin/python" ]]; then
