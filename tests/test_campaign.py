@@ -10,10 +10,16 @@ window. ``SDAX_CAMPAIGN_STRICT=1`` also enforces the rules relaxed for reported 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
+import textwrap
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from campaign_support import (
+    KNOWN_BUGS,
     AttemptRec,
     CancelRec,
     Harness,
@@ -31,8 +37,9 @@ from campaign_support import (
     scenarios,
 )
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from sdax_hamilton import ExecutionError, failures
+from sdax_hamilton import Driver, ExecutionError, _core, failures
 
 RUNS = int(os.environ.get("SDAX_CAMPAIGN_RUNS", "3000"))
 SEED = int(os.environ.get("SDAX_CAMPAIGN_SEED", "0"))
@@ -247,3 +254,542 @@ def test_the_checker_rejects_a_broken_log() -> None:
             check_run(compiled, state)
     finally:
         compiled.dispose()
+
+
+# ------------------------------------------------------------------------------------------
+# Exceptions raised in user callbacks are never lost or replaced (identity end to end)
+# ------------------------------------------------------------------------------------------
+
+
+class Unhashable(ValueError):
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("compared")
+
+
+class BrokenStr(ValueError):
+    def __str__(self) -> str:
+        raise RuntimeError("str")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+
+class CustomBase(BaseException):
+    pass
+
+
+def _broken_notes() -> BaseException:
+    exc = ValueError("notes")
+    exc.__notes__ = "not a list"  # type: ignore[assignment]  # add_note() raises TypeError
+    return exc
+
+
+EXCEPTIONS: dict[str, Callable[[], BaseException]] = {
+    "plain": lambda: ValueError("plain"),
+    "unhashable": lambda: Unhashable("unhashable"),
+    "broken-str": lambda: BrokenStr(),
+    "broken-notes": _broken_notes,
+    "group": lambda: ExceptionGroup("g", [ValueError("a"), KeyError("b")]),
+    "custom-base": lambda: CustomBase("custom"),
+    "stop-iteration": lambda: StopIteration("stop"),
+}
+
+SITES = {
+    "async-node-task": """
+        async def site() -> int:
+            await asyncio.sleep(0)
+            raise EXC
+        async def other() -> int:
+            await asyncio.sleep(0.001)
+            return 1
+        async def out(site: int, other: int) -> int:
+            return site + other
+    """,
+    "async-node-inline": """
+        async def site() -> int:
+            await asyncio.sleep(0)
+            raise EXC
+        async def out(site: int) -> int:
+            return site
+    """,
+    "sync-node": """
+        def site() -> int:
+            raise EXC
+        async def out(site: int) -> int:
+            return site
+    """,
+    "sync-node-returning-awaitable": """
+        async def _later() -> int:
+            raise EXC
+        def site() -> int:
+            return _later()  # type: ignore[return-value]
+        async def out(site: int) -> int:
+            return site
+    """,
+    "async-release": """
+        async def site() -> int:
+            return 1
+        @shutdown(of=site)
+        async def close_site(acquired: Acquisition[int]) -> None:
+            await asyncio.sleep(0)
+            raise EXC
+        async def out(site: int) -> int:
+            return site
+    """,
+    "sync-release": """
+        async def site() -> int:
+            return 1
+        @shutdown(of=site)
+        def close_site(acquired: Acquisition[int]) -> None:
+            raise EXC
+        async def out(site: int) -> int:
+            return site
+    """,
+    "retried-node-last-attempt": """
+        @execution(retries=2, initial_delay=0.0, retryable_exceptions=(Exception, CustomBase))
+        async def site() -> int:
+            raise (EXC if len(CALLS) == 2 else CALLS.append(1) or ConnectionError("again"))
+        async def out(site: int) -> int:
+            return site
+    """,
+    "pipe-input-step": """
+        from hamilton.function_modifiers import pipe_input, step
+        def _transform(value: int) -> int:
+            raise EXC
+        @pipe_input(step(_transform))
+        def site(value: int) -> int:
+            return value
+        async def value() -> int:
+            return 1
+        async def out(site: int) -> int:
+            return site
+    """,
+}
+
+HEADER = """
+import asyncio
+from sdax_hamilton import Acquisition, execution, shutdown
+"""
+
+
+async def _outcome(awaitable: Awaitable[Any]) -> BaseException | None:
+    """What ``awaitable`` raised, caught inside the loop (asyncio.run itself reprs an
+    exception escaping its main task, which a broken ``__repr__`` turns into its own)."""
+    try:
+        await awaitable
+    except BaseException as exc:
+        return exc
+    return None
+
+
+SYNC_SITES = {"sync-node", "sync-release", "pipe-input-step"}
+"""Where the callback is a plain function: a StopIteration it raises is its own (in a
+coroutine, Python itself turns StopIteration into RuntimeError, PEP 479)."""
+
+
+@pytest.mark.parametrize(
+    ("site", "kind"),
+    [
+        (site, kind)
+        for site in sorted(SITES)
+        for kind in sorted(EXCEPTIONS)
+        if kind != "stop-iteration" or site in SYNC_SITES
+    ],
+)
+def test_callback_exception_reaches_the_caller_as_the_same_object(
+    site: str, kind: str, make_module: Any
+) -> None:
+    exc = EXCEPTIONS[kind]()
+    source = HEADER + textwrap.dedent(SITES[site])
+    module = make_module("")
+    module.__dict__.update(EXC=exc, CALLS=[], CustomBase=CustomBase)
+    exec(compile(source, module.__name__, "exec"), module.__dict__)
+    plan = Driver(module).prepare(["out"])
+    outcome = asyncio.run(_outcome(plan.execute()))
+    assert isinstance(outcome, BaseExceptionGroup), type(outcome)
+    assert any(leaf is exc for leaf in outcome.exceptions), outcome.exceptions
+    assert isinstance(outcome, ExecutionError) == isinstance(exc, Exception)
+
+
+BODY_KINDS = set(EXCEPTIONS) - {"stop-iteration"}
+if "broken-notes-primary" in KNOWN_BUGS:
+    BODY_KINDS.discard("broken-notes")
+
+
+@pytest.mark.parametrize("kind", sorted(BODY_KINDS))
+def test_body_exception_is_reraised_as_itself_with_cleanup_failures(
+    kind: str, make_module: Any
+) -> None:
+    exc = EXCEPTIONS[kind]()
+    release_error = OSError("release")
+    module = make_module("")
+    module.__dict__.update(RELEASE_ERROR=release_error)
+    source = HEADER + textwrap.dedent(
+        """
+        async def res() -> int:
+            return 1
+        @shutdown(of=res)
+        async def close_res(acquired: Acquisition[int]) -> None:
+            raise RELEASE_ERROR
+        """
+    )
+    exec(compile(source, module.__name__, "exec"), module.__dict__)
+    plan = Driver(module).prepare(["res"])
+
+    async def main() -> None:
+        async with plan.open():
+            raise exc
+
+    assert asyncio.run(_outcome(main())) is exc
+    assert failures(exc) == (release_error,)
+
+
+@pytest.mark.parametrize("termination", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("where", ["node-task", "node-inline", "release"])
+def test_termination_propagates_as_itself_after_cleanup(
+    termination: type[BaseException], where: str, make_module: Any
+) -> None:
+    exc = termination("stop")
+    released: list[str] = []
+    module = make_module("")
+    module.__dict__.update(EXC=exc, RELEASED=released)
+    other = "" if where == "node-inline" else ", other: int"
+    source = HEADER + textwrap.dedent(
+        f"""
+        async def res() -> int:
+            return 1
+        @shutdown(of=res)
+        async def close_res(acquired: Acquisition[int]) -> None:
+            RELEASED.append("res")
+            if {where == "release"!r}:
+                raise EXC
+        async def other() -> int:
+            await asyncio.sleep(0.01)
+            return 1
+        async def site(res: int{other}) -> int:
+            await asyncio.sleep(0)
+            if {where != "release"!r}:
+                raise EXC
+            return res
+        """
+    )
+    exec(compile(source, module.__name__, "exec"), module.__dict__)
+    plan = Driver(module).prepare(["site"])
+
+    async def main() -> list[asyncio.Task[Any]]:
+        before = asyncio.all_tasks()
+        with pytest.raises(termination) as caught:
+            await plan.execute()
+        assert caught.value is exc
+        return [t for t in asyncio.all_tasks() - before if not t.done()]
+
+    assert asyncio.run(main()) == []
+    assert released == ["res"]
+
+
+def test_exception_raised_while_draining_is_kept(make_module: Any) -> None:
+    """A node that raises its own error while being cancelled by an abort: both errors
+    reach the caller (the primary failure and the drain's)."""
+    first, second = ValueError("first"), KeyError("drain")
+    module = make_module("")
+    module.__dict__.update(FIRST=first, SECOND=second)
+    source = HEADER + textwrap.dedent(
+        """
+        async def failing() -> int:
+            await asyncio.sleep(0.001)
+            raise FIRST
+        async def draining() -> int:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                raise SECOND from None
+            return 1
+        async def out(failing: int, draining: int) -> int:
+            return 1
+        """
+    )
+    exec(compile(source, module.__name__, "exec"), module.__dict__)
+    plan = Driver(module).prepare(["out"])
+    with pytest.raises(ExecutionError) as caught:
+        asyncio.run(plan.execute())
+    leaves = caught.value.exceptions
+    assert any(leaf is first for leaf in leaves)
+    assert any(leaf is second for leaf in leaves)
+
+
+def test_config_predicate_exception_is_raised_unchanged(make_module: Any) -> None:
+    exc = LookupError("predicate")
+    module = make_module("")
+    module.__dict__.update(EXC=exc)
+
+    def predicate(_config: Any) -> bool:
+        raise exc
+
+    module.__dict__["predicate"] = predicate
+    source = textwrap.dedent(
+        """
+        from hamilton.function_modifiers import config
+        @config(predicate)
+        def a() -> int:
+            return 1
+        """
+    )
+    exec(compile(source, module.__name__, "exec"), module.__dict__)
+    with pytest.raises(LookupError) as caught:
+        Driver(module, config={"k": 1})
+    assert caught.value is exc
+
+
+# ------------------------------------------------------------------------------------------
+# The core's bindings: arbitrary node lists and event orders never crash the process
+# ------------------------------------------------------------------------------------------
+
+PYTHON_ERRORS = (ValueError, TypeError, RuntimeError, KeyError, OverflowError, IndexError)
+NAMES = ("a", "b", "c", "d", "e")
+
+
+def _policy_strategy() -> st.SearchStrategy[Any]:
+    return st.builds(
+        _core.Policy,
+        timeout=st.one_of(st.none(), st.sampled_from([0.01, 1.0])),
+        retries=st.integers(0, 3),
+        initial_delay=st.sampled_from([0.0, 0.5]),
+        backoff_factor=st.sampled_from([0.5, 2.0]),
+    )
+
+
+GARBAGE = st.sampled_from([None, 1, "x", b"x", 1.5, (), [], object(), 2**80, -1])
+
+
+def _node_strategy() -> st.SearchStrategy[Any]:
+    name = st.one_of(st.sampled_from(NAMES), st.sampled_from(["", "x", "a"]), GARBAGE)
+    names = st.one_of(st.lists(st.sampled_from((*NAMES, "x", "y")), max_size=4), GARBAGE)
+    policy = st.one_of(_policy_strategy(), GARBAGE)
+    release = st.one_of(st.none(), _policy_strategy(), GARBAGE)
+    well_formed = st.tuples(name, names, names, policy, release)
+    return st.one_of(well_formed, well_formed, well_formed, GARBAGE, st.tuples(name, names))
+
+
+EVENT_METHODS = (
+    "start",
+    "succeeded",
+    "failed",
+    "elapsed",
+    "drained",
+    "unstarted",
+    "cancel",
+    "begin_shutdown",
+    "attempts",
+    "started",
+    "succeeded_jobs",
+    "pending",
+    "aborted",
+    "finished",
+)
+
+
+@settings(max_examples=max(50, RUNS // 10), deadline=None, database=None)
+@given(
+    nodes=st.lists(_node_strategy(), max_size=8),
+    finals=st.one_of(st.lists(st.sampled_from((*NAMES, "zz")), max_size=3), GARBAGE),
+    replaced=st.one_of(st.lists(st.sampled_from(NAMES), max_size=2), GARBAGE),
+    seed=st.one_of(st.none(), st.integers(-(2**70), 2**70), GARBAGE),
+    events=st.lists(
+        st.tuples(
+            st.sampled_from(EVENT_METHODS),
+            st.one_of(st.integers(-3, 20), st.sampled_from([2**63, -(2**63) - 1, 2**80])),
+            st.one_of(st.booleans(), GARBAGE),
+        ),
+        max_size=60,
+    ),
+)
+def test_core_bindings_raise_only_python_errors(
+    nodes: list[Any], finals: Any, replaced: Any, seed: Any, events: list[Any]
+) -> None:
+    def attempt(call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except BaseException as exc:  # PanicException derives from BaseException
+            assert isinstance(exc, PYTHON_ERRORS), f"{type(exc).__module__}.{type(exc)!r}: {exc}"
+            return None
+
+    graph = attempt(lambda: _core.Graph(nodes))
+    if graph is None:
+        return
+    plan = attempt(lambda: graph.select(finals, replaced))
+    if plan is None:
+        return
+    run = attempt(lambda: _core.Run(plan, seed))
+    if run is None:
+        return
+    for method, job, flag in events:
+        member = getattr(run, method)
+        if not callable(member):
+            continue
+        if method in ("start", "cancel", "begin_shutdown", "succeeded_jobs"):
+            result = attempt(member)
+        elif method == "failed":
+            result = attempt(functools.partial(member, job, flag))
+        else:
+            result = attempt(functools.partial(member, job))
+        if isinstance(result, list) and method != "succeeded_jobs":
+            for command in result:
+                op, command_job, number, arg = command
+                assert op in (_core.START, _core.SLEEP, _core.CANCEL, _core.STOP_SLEEP)
+                assert 0 <= command_job < 2 * len(plan) and number >= 0
+                assert arg is None or arg >= 0
+        assert run.pending >= 0
+
+
+@dataclass
+class _Spec:
+    name: str
+    inputs: tuple[str, ...]
+    policy: Any
+    release: Any
+
+
+@st.composite
+def _dags(draw: st.DrawFn) -> list[_Spec]:
+    count = draw(st.integers(1, 12))
+    specs = []
+    for i in range(count):
+        inputs = tuple(sorted(set(draw(st.lists(st.integers(0, i - 1), max_size=3)))) if i else ())
+        owned = draw(st.integers(0, 2)) == 0
+        policy = _core.Policy(
+            retries=0 if owned else draw(st.integers(0, 2)),
+            initial_delay=0.0,
+        )
+        release = (
+            _core.Policy(retries=draw(st.integers(0, 2)), initial_delay=0.0) if owned else None
+        )
+        specs.append(_Spec(f"n{i}", tuple(f"n{j}" for j in inputs), policy, release))
+    return specs
+
+
+@settings(max_examples=max(50, RUNS // 10), deadline=None, database=None)
+@given(specs=_dags(), data=st.data())
+def test_core_run_under_arbitrary_legal_event_orders(specs: list[_Spec], data: Any) -> None:
+    """A well-behaved driver reporting events in any legal order: the core's commands obey
+    SPEC 7.2/7.3/7.7 (dependencies, attempt counts, no start after abort, releases exactly
+    for started owned nodes and after their dependents' releases)."""
+    finals = data.draw(st.lists(st.sampled_from([s.name for s in specs]), min_size=1, unique=True))
+    seed = data.draw(st.integers(0, 2**32))
+    drive_core_model(specs, finals, seed, lambda options: data.draw(st.sampled_from(options)))
+
+
+def drive_core_model(
+    specs: list[_Spec], finals: list[str], seed: int, pick: Callable[[list[Any]], Any]
+) -> None:
+    graph = _core.Graph([(s.name, s.inputs, (), s.policy, s.release) for s in specs])
+    plan = graph.select(finals)
+    by_name = {s.name: s for s in specs}
+    names = plan.nodes
+    n = len(names)
+    index = {name: i for i, name in enumerate(names)}
+    run = _core.Run(plan, seed)
+    running: dict[int, bool] = {}  # job -> cancelled?
+    sleeping: set[int] = set()
+    succeeded: set[int] = set()
+    attempts: dict[int, int] = {}
+    began: set[int] = set()  # forward jobs whose attempt 0 was not withdrawn
+    released: dict[int, bool] = {}  # release job -> completed
+    aborted = False
+    shutdown = False
+    log: list[Any] = []
+
+    def owned_dependents(owner: int) -> list[int]:
+        found: set[int] = set()
+        stack = [owner]
+        while stack:
+            cur = stack.pop()
+            for j, name in enumerate(names):
+                if names[cur] in by_name[name].inputs and j not in found:
+                    found.add(j)
+                    stack.append(j)
+        return [j for j in found if by_name[names[j]].release is not None]
+
+    def carry(event: Any, commands: list[Any]) -> None:
+        log.append((event, commands))
+        for op, job, number, arg in commands:
+            if op == _core.START:
+                assert job not in running, log
+                if job < n:
+                    assert not shutdown and not aborted, f"forward START after abort: {log}"
+                    spec = by_name[names[job]]
+                    for dep in spec.inputs:
+                        if dep in index:
+                            assert index[dep] in succeeded, f"{names[job]} before {dep}: {log}"
+                    assert number == attempts.get(job, 0) <= spec.policy.retries, log
+                    if number == 0:
+                        began.add(job)
+                else:
+                    assert shutdown, log
+                    owner = job - n
+                    assert owner in began, f"release of a node that never started: {log}"
+                    for dependent in owned_dependents(owner):
+                        if dependent in began:
+                            assert released.get(dependent + n), f"release order: {log}"
+                attempts[job] = number + 1
+                running[job] = False
+            elif op == _core.SLEEP:
+                assert arg is not None and arg >= 0
+                sleeping.add(job)
+            elif op == _core.CANCEL:
+                assert job in running, log
+                running[job] = True
+            elif op == _core.STOP_SLEEP:
+                sleeping.discard(job)
+
+    carry("start", run.start())
+    for _ in range(400):
+        if not shutdown and run.pending == 0:
+            assert not running and not sleeping, log
+            shutdown = True
+            carry("begin_shutdown", run.begin_shutdown())
+        choices: list[tuple[str, int]] = [("run", job) for job in sorted(running)]
+        choices += [("sleep", job) for job in sorted(sleeping)]
+        if not choices:
+            break
+        if not shutdown:
+            choices.append(("cancel", -1))
+        kind, job = pick(choices)
+        if kind == "cancel":
+            aborted = True
+            carry("cancel", run.cancel())
+            continue
+        if kind == "sleep":
+            sleeping.discard(job)
+            carry(("elapsed", job), run.elapsed(job))
+            continue
+        cancelled = running.pop(job)
+        outcome = pick(["ok", "fail", "retry", "unstarted"])
+        if outcome == "unstarted" and job < n:
+            if attempts[job] == 1:
+                began.discard(job)
+            aborted = True
+            carry(("unstarted", job), run.unstarted(job))
+        elif cancelled:
+            carry(("drained", job), run.drained(job))
+        elif outcome == "ok":
+            if job < n:
+                succeeded.add(job)
+            else:
+                released[job] = True
+            carry(("succeeded", job), run.succeeded(job))
+        else:
+            before = run.aborted
+            commands = run.failed(job, outcome == "retry")
+            if job >= n and not any(op == _core.SLEEP for op, *_ in commands):
+                released[job] = True
+            if job < n and run.aborted and not before:
+                aborted = True
+            carry(("failed", job, outcome), commands)
+    assert not running and not sleeping, log
+    assert shutdown and run.pending == 0 and run.finished, (run, log)
+    owed = {job for job in began if by_name[names[job]].release is not None}
+    assert {job - n for job in released} == owed, log
+    for job in range(n):
+        assert run.attempts(job) <= 1 + by_name[names[job]].policy.retries
