@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gc
 import itertools
 import logging
@@ -251,11 +252,14 @@ class Scenario:
     body: Step
     check_outputs: bool
     input_value: int
+    cancel_at: tuple[float, ...] = ()
+    """Seconds after the run starts at which a timer cancels the caller's task."""
 
     def describe(self) -> str:
         lines = [
             f"mode={self.mode} check_outputs={self.check_outputs} outputs="
-            f"{[node_name(i) for i in self.outputs]} body={self.body}"
+            f"{[node_name(i) for i in self.outputs]} body={self.body} "
+            f"cancel_at={self.cancel_at}"
         ]
         for node in self.nodes:
             lines.append(
@@ -413,6 +417,11 @@ class RunState:
         self.cancels.append(rec)
         asyncio.get_running_loop().call_soon(self._do_cancel, rec)
 
+    def cancel_later(self, delay: float) -> asyncio.TimerHandle:
+        rec = CancelRec(msg=f"caller-cancel-{len(self.cancels)}", issuer=f"timer {delay}")
+        self.cancels.append(rec)
+        return asyncio.get_running_loop().call_later(delay, self._do_cancel, rec)
+
     def _do_cancel(self, rec: CancelRec) -> None:
         rec.seq = self.seq()
         caller = self.caller
@@ -423,18 +432,24 @@ class RunState:
         return self.attempts.get((role, idx), [])
 
 
+CURRENT_RUN: contextvars.ContextVar[RunState | None] = contextvars.ContextVar(
+    "sdax_campaign_run", default=None
+)
+"""The run a generated function belongs to: set in the caller task's context, inherited by
+every task and callback the runtime creates from it (concurrent runs of one plan)."""
+
+
 class Harness:
-    """What the generated functions call; ``state`` is the current run's log."""
+    """What the generated functions call; the current run's log comes from CURRENT_RUN."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.by_idx = {node.idx: node for node in scenario.nodes}
-        self.state: RunState | None = None
 
     # ------------------------------------------------------------------ helpers
 
     def _state(self) -> RunState:
-        state = self.state
+        state = CURRENT_RUN.get()
         if state is None:
             raise AssertionError("a generated function ran outside a campaign run")
         return state
@@ -731,25 +746,35 @@ async def _caller(compiled: Compiled, state: RunState) -> None:
             state.late.append(late)
 
 
-async def run_once(compiled: Compiled) -> RunState:
-    """One run of ``compiled`` on the running loop; leaves the caller task done."""
-    state = RunState(compiled.scenario)
-    compiled.harness.state = state
+async def run_once(compiled: Compiled, concurrent: int = 1) -> list[RunState]:
+    """``concurrent`` simultaneous runs of ``compiled`` on the running loop, each with its
+    own caller task and log; afterwards no task of theirs may be pending."""
+    loop = asyncio.get_running_loop()
     before = asyncio.all_tasks()
-    task = asyncio.get_running_loop().create_task(_caller(compiled, state))
-    state.caller = task
-    try:
-        await asyncio.wait([task])
-    finally:
-        compiled.harness.state = None
+    states: list[RunState] = []
+    tasks: list[asyncio.Task[None]] = []
+    timers: list[asyncio.TimerHandle] = []
+    for _ in range(concurrent):
+        state = RunState(compiled.scenario)
+        context = contextvars.copy_context()
+        context.run(CURRENT_RUN.set, state)
+        task = loop.create_task(_caller(compiled, state), context=context)
+        state.caller = task
+        timers += [state.cancel_later(delay) for delay in compiled.scenario.cancel_at]
+        states.append(state)
+        tasks.append(task)
+    await asyncio.wait(tasks)
+    for timer in timers:
+        timer.cancel()
     leftover = [t for t in asyncio.all_tasks() - before if not t.done()]
     if leftover:
-        state.problems.append(f"tasks left pending after the run: {leftover!r}")
+        states[0].problems.append(f"tasks left pending after the run: {leftover!r}")
         for t in leftover:
             t.cancel()
-    if task.cancelled():
-        state.problems.append("the caller task itself ended cancelled (harness could not see it)")
-    return state
+    for state, task in zip(states, tasks, strict=True):
+        if task.cancelled():
+            state.problems.append("the caller task ended cancelled (harness could not see it)")
+    return states
 
 
 _freezes = itertools.count()
@@ -765,8 +790,9 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def run_scenario(compiled: Compiled, runs: int = 1) -> list[RunState]:
-    """Run ``compiled`` ``runs`` times on a fresh loop; check loop/GC hygiene as well."""
+def run_scenario(compiled: Compiled, runs: int = 1, concurrent: int = 1) -> list[RunState]:
+    """Run ``compiled`` ``runs`` times (each time ``concurrent`` runs at once) on a fresh
+    loop; check loop/GC hygiene as well."""
     loop_errors: list[dict[str, Any]] = []
     _freeze_heap()
 
@@ -775,7 +801,7 @@ def run_scenario(compiled: Compiled, runs: int = 1) -> list[RunState]:
         loop.set_exception_handler(lambda _loop, context: loop_errors.append(context))
         states = []
         for _ in range(runs):
-            states.append(await run_once(compiled))
+            states.extend(await run_once(compiled, concurrent))
         gc.collect()
         await asyncio.sleep(0)
         return states
@@ -1351,6 +1377,7 @@ DELAYS: tuple[float | None, ...] = (None, 0.0, 0.0005, 0.002)
 INITIAL_DELAYS = (0.0, 0.0005, 0.001, 0.002)
 BACKOFFS = (0.5, 1.0, 2.0)
 DRAINS = (0.0, 0.001, 0.003)
+CANCEL_TIMES = (0.0, 0.0005, 0.002, 0.005, 0.01, 0.02, 0.04)
 
 
 class Chooser:
@@ -1508,6 +1535,9 @@ def gen_scenario(ch: Chooser, max_nodes: int = 60) -> Scenario:
             exc=ch.choice(EXCEPTION_KINDS),
             cancel_caller=ch.percent(min(100, cancel_rate * 3)),
         )
+    cancel_at: tuple[float, ...] = ()
+    if cancel_rate and ch.percent(30):
+        cancel_at = tuple(ch.choice(CANCEL_TIMES) for _ in range(ch.integer(1, 3)))
     return Scenario(
         nodes=tuple(nodes),
         outputs=outputs,
@@ -1515,6 +1545,7 @@ def gen_scenario(ch: Chooser, max_nodes: int = 60) -> Scenario:
         body=body,
         check_outputs=ch.integer(0, 1) == 1,
         input_value=ch.integer(0, 1000),
+        cancel_at=cancel_at,
     )
 
 
@@ -1523,11 +1554,11 @@ def scenarios(draw: st.DrawFn, max_nodes: int = 60) -> Scenario:
     return gen_scenario(DrawChooser(draw), max_nodes)
 
 
-def run_and_check(scenario: Scenario, runs: int = 1) -> list[RunState]:
+def run_and_check(scenario: Scenario, runs: int = 1, concurrent: int = 1) -> list[RunState]:
     """Compile, run ``runs`` times (one loop), check every run; dispose the module."""
     compiled = compile_scenario(scenario)
     try:
-        states = run_scenario(compiled, runs)
+        states = run_scenario(compiled, runs, concurrent)
         for state in states:
             check_run(compiled, state)
         return states

@@ -22,7 +22,6 @@ from campaign_support import (
     KNOWN_BUGS,
     AttemptRec,
     CancelRec,
-    Harness,
     NodeDef,
     PolicyDef,
     RandomChooser,
@@ -55,6 +54,21 @@ def test_seeded_campaign() -> None:
             run_and_check(scenario, runs=RUNS_PER_SCENARIO)
         except Violation as violation:
             broken.append(f"seed {seed}: {violation}")
+            if len(broken) >= 3:
+                break
+    assert not broken, "\n\n".join(broken)
+
+
+def test_seeded_campaign_concurrent_runs_of_one_plan() -> None:
+    """SPEC 7.12: four runs of one plan at once, each with its own faults, resources and
+    caller cancellations, each checked on its own."""
+    broken: list[str] = []
+    for seed in range(SEED + 1_000_000, SEED + 1_000_000 + max(1, RUNS // 8)):
+        scenario = gen_scenario(RandomChooser(seed))
+        try:
+            run_and_check(scenario, concurrent=4)
+        except Violation as violation:
+            broken.append(f"seed {seed} (concurrent): {violation}")
             if len(broken) >= 3:
                 break
     assert not broken, "\n\n".join(broken)
@@ -227,14 +241,31 @@ def test_repeated_caller_cancellation_while_a_node_drains() -> None:
     assert [rec.cancels_seen for rec in state.attempts[("node", 1)]] == [1]
 
 
+def test_timed_caller_cancellation_during_a_retry_wait() -> None:
+    """The caller is cancelled while a node waits to retry: the wait is dropped, no further
+    attempt starts, the caller gets its own CancelledError."""
+    policy = PolicyDef(retries=3, initial_delay=0.05, backoff_factor=1.0, retryable=0)
+    built = Scenario(
+        nodes=(node(0, policy=policy, steps=(Step(kind="raise", exc="conn"),)),),
+        outputs=(0,),
+        mode="execute",
+        body=OK,
+        check_outputs=True,
+        input_value=1,
+        cancel_at=(0.01,),
+    )
+    (state,) = run_and_check(built)
+    assert len(state.attempts[("node", 0)]) == 1
+    assert type(state.outcome) is asyncio.CancelledError
+    assert state.outcome.args == ("caller-cancel-0",)
+
+
 def test_the_checker_rejects_a_broken_log() -> None:
     """The campaign can fail: a log with a release that ran twice is refused."""
     built = scenario(node(0, owned=True), node(1, (0,)), outputs=(1,))
     compiled = compile_scenario(built)
     try:
         state = RunState(built)
-        harness = Harness(built)
-        harness.state = state
         forward = AttemptRec("node", 0, 0, state.seq(), 0.0, outcome="ok", returned=True)
         forward.value = 0
         forward.end_seq, forward.end_t = state.seq(), 0.0
