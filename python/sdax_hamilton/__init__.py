@@ -11,6 +11,7 @@ from importlib import metadata as _metadata
 from ._declarations import Acquisition, execution, shutdown
 from ._failures import ExecutionError, RetryableException, failures
 from ._hamilton import Driver
+from ._observe import NodeReport, RunEvent, RunReport
 from ._plan import PreparedPlan
 
 try:
@@ -22,8 +23,11 @@ __all__ = [
     "Acquisition",
     "Driver",
     "ExecutionError",
+    "NodeReport",
     "PreparedPlan",
     "RetryableException",
+    "RunEvent",
+    "RunReport",
     "__version__",
     "execution",
     "failures",

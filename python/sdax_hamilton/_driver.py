@@ -37,18 +37,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import itertools
 import logging
 import types
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final
 
 from . import _core
 from ._declarations import Acquisition
 from ._failures import add_note_once, attach_failures, failure_group
+from ._observe import EventKind, Observer, RunEvent, observers_of
 
-__all__ = ["NodeRuntime", "ReleaseRuntime", "is_retryable", "open_run"]
+__all__ = [
+    "INSTANT_RETRIES",
+    "JITTER_SEED",
+    "NodeRuntime",
+    "ReleaseRuntime",
+    "is_retryable",
+    "open_run",
+]
 
 logger = logging.getLogger("sdax_hamilton")
 
@@ -63,10 +73,18 @@ _RAISED: Final = 1  # (_, _Attempt, exception)
 _ELAPSED: Final = 2  # (_, job, None)
 _UNSTARTED: Final = 3  # (_, _Attempt, None): cancelled before its awaitable was first awaited
 _BAD_INPUT: Final = 4  # (_, _Attempt, exception): the input check failed; nothing was called
+_ABORT: Final = 5  # (_, None, None): an observer raised KeyboardInterrupt/SystemExit: stop
 
 _CoroutineType: Final = types.CoroutineType
 _CancelledError: Final = asyncio.CancelledError
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+
+JITTER_SEED: ContextVar[int | None] = ContextVar("sdax_hamilton_jitter_seed", default=None)
+"""Set by ``sdax_hamilton.testing.jitter_seed``: seeds every run opened meanwhile."""
+INSTANT_RETRIES: ContextVar[bool] = ContextVar("sdax_hamilton_instant_retries", default=False)
+"""Set by ``sdax_hamilton.testing.instant_retries``: retry waits of runs opened meanwhile are 0."""
+
+_run_ids = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +147,22 @@ def open_run(
     outputs: Sequence[str],
     *,
     seed: int | None = None,
+    observer: object = None,
 ) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
     """One execution of ``plan`` as an async context manager (SPEC 7.9).
 
     ``values`` is the run's fresh value table; node outputs are stored into it. The body
-    receives a fresh ``{name: values[name] for name in outputs}``.
+    receives a fresh ``{name: values[name] for name in outputs}``. ``observer``: ``None``, a
+    callable taking one ``RunEvent``, or a list/tuple of them (``TypeError`` otherwise).
+
+    The test-mode context variables are read here, when the run is opened: a
+    ``JITTER_SEED`` replaces ``seed``; ``INSTANT_RETRIES`` makes every retry wait 0.
     """
-    return _RunContext(plan, nodes, values, outputs, seed)
+    observers = observers_of(observer)
+    test_seed = JITTER_SEED.get()
+    if test_seed is not None:
+        seed = test_seed
+    return _RunContext(plan, nodes, values, outputs, seed, observers, INSTANT_RETRIES.get())
 
 
 class _Attempt:
@@ -187,15 +214,18 @@ class _RunContext:
         "_inline_attempt",
         "_inline_timer",
         "_inline_when",
+        "_instant",
         "_kwargs",
         "_live",
         "_loop",
         "_n",
         "_nodes",
+        "_observers",
         "_outputs",
         "_plan",
         "_primary",
         "_run",
+        "_run_id",
         "_running",
         "_secondary",
         "_seed",
@@ -212,6 +242,8 @@ class _RunContext:
         values: dict[str, Any],
         outputs: Sequence[str],
         seed: int | None,
+        observers: tuple[Observer, ...] | None = None,
+        instant: bool = False,
     ) -> None:
         self._plan = plan
         self._nodes = nodes
@@ -229,6 +261,9 @@ class _RunContext:
         self._inline_attempt: _Attempt | None = None
         self._inline_timer: asyncio.TimerHandle | None = None
         self._inline_when = 0.0
+        self._observers = observers
+        self._instant = instant
+        self._run_id = next(_run_ids) if observers is not None else 0
 
     # ----------------------------------------------------------------- context protocol
 
@@ -250,12 +285,17 @@ class _RunContext:
         self._kwargs: list[dict[str, Any] | None] = [None] * n
         self._acquisitions: list[Acquisition[Any] | None] = [None] * n
         self._debug = logger.isEnabledFor(logging.DEBUG)
+        if self._observers is not None:
+            self._emit("run_started", "", 0, nodes=self._plan.nodes)
+            if self._primary is not None:  # the observer raised KeyboardInterrupt/SystemExit
+                outcome = self._outcome_or_internal()
+                raise self._finish(outcome) or outcome  # nothing ran: nothing to clean up
 
         try:
             self._execute(self._run.start())
             await self._drive(False)
-        except BaseException:
-            self._abandon()
+        except BaseException as exc:
+            self._abandon(exc)
             raise
         finally:
             timer = self._inline_timer
@@ -266,7 +306,8 @@ class _RunContext:
             values = self._values
             return {name: values[name] for name in self._outputs}
         await self._cleanup()
-        raise self._outcome_or_internal()
+        outcome = self._outcome_or_internal()
+        raise self._finish(outcome) or outcome
 
     async def __aexit__(
         self,
@@ -277,7 +318,7 @@ class _RunContext:
         if exc is not None:
             self._primary = exc
         await self._cleanup()
-        outcome = self._outcome()
+        outcome = self._finish(self._outcome())
         if outcome is None or outcome is exc:
             return False  # the body's own exception (if any) propagates unchanged
         raise outcome
@@ -285,12 +326,24 @@ class _RunContext:
     # ----------------------------------------------------------------- phases
 
     async def _cleanup(self) -> None:
+        if self._observers is not None:
+            self._emit("shutdown_started", "", 0)
         try:
             self._execute(self._run.begin_shutdown())
             await self._drive(True)
-        except BaseException:
-            self._abandon()
+        except BaseException as exc:
+            self._abandon(exc)
             raise
+
+    def _finish(self, outcome: BaseException | None) -> BaseException | None:
+        """Emit ``run_finished``; returns the run's outcome (an observer may replace it)."""
+        if self._observers is None:
+            return outcome
+        primary = self._primary
+        self._emit("run_finished", "", 0, error=outcome)
+        if self._primary is not primary:  # the observer raised KeyboardInterrupt/SystemExit
+            return self._outcome()
+        return outcome
 
     def _outcome(self) -> BaseException | None:
         primary = self._primary
@@ -346,8 +399,10 @@ class _RunContext:
             if not waiter.done():
                 waiter.set_result(None)
 
-    def _abandon(self) -> None:
+    def _abandon(self, exc: BaseException) -> None:
         """Internal failure of the coordinator: stop everything we started (best effort)."""
+        if self._observers is not None:
+            self._emit("run_finished", "", 0, error=exc)
         for attempt in self._running:
             if attempt is not None:
                 if attempt.timer is not None:
@@ -359,6 +414,49 @@ class _RunContext:
         for handle in self._sleeps:
             if handle is not None:
                 handle.cancel()
+
+    # ----------------------------------------------------------------- observers
+
+    def _emit(
+        self,
+        kind: EventKind,
+        node: str,
+        attempt: int,
+        delay: float | None = None,
+        error: BaseException | None = None,
+        nodes: tuple[str, ...] = (),
+    ) -> None:
+        """Call every observer with one event; an observer's exception never escapes.
+
+        Callers check ``self._observers is not None`` first (the only cost without
+        observers). An ``Exception`` (or ``CancelledError``) from an observer is logged and
+        ignored. ``KeyboardInterrupt`` / ``SystemExit`` are logged and then treated like
+        the same exception out of a node: they become the primary, the forward phase stops,
+        cleanup completes, and they propagate afterwards.
+        """
+        event = RunEvent(kind, node, attempt, self._loop.time(), delay, error, self._run_id, nodes)
+        for observer in self._observers or ():
+            try:
+                observer(event)
+            except BaseException as exc:
+                self._observer_raised(observer, event, exc)
+
+    def _observer_raised(self, observer: Observer, event: RunEvent, exc: BaseException) -> None:
+        termination = isinstance(exc, _TERMINATION)
+        name = getattr(observer, "__qualname__", None) or type(observer).__qualname__
+        subject = f" of {event.node!r}" if event.node else ""
+        logger.error(
+            "observer %s raised %s on the %s event%s; %s",
+            name,
+            type(exc).__qualname__,
+            event.kind,
+            subject,
+            "stopping the run" if termination else "ignored",
+            exc_info=exc,
+        )
+        if termination:
+            self._terminate(exc)
+            self._post((_ABORT, None, None))
 
     # ----------------------------------------------------------------- primary record
 
@@ -437,6 +535,8 @@ class _RunContext:
                 if handle is not None:
                     self._sleeps[job] = None
                     handle.cancel()
+                if self._observers is not None:
+                    self._emit("retry_cancelled", self._name(job), self._run.attempts(job))
             else:  # pragma: no cover - contract violation by the core
                 raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
 
@@ -465,6 +565,8 @@ class _RunContext:
                 kwargs = self._kwargs[job]  # type: ignore[assignment]
             if self._debug:
                 logger.debug("node %r: attempt %d started", node.name, attempt_number + 1)
+            if self._observers is not None:
+                self._emit("attempt_started", node.name, attempt_number + 1)
             try:
                 result = node.call(**kwargs)
             except BaseException as exc:
@@ -480,6 +582,8 @@ class _RunContext:
                 record = Acquisition()
             if self._debug:
                 logger.debug("release of %r: attempt %d started", owner.name, attempt_number + 1)
+            if self._observers is not None:
+                self._emit("release_started", owner.name, attempt_number + 1)
             try:
                 result = release.call(record)
             except BaseException as exc:
@@ -492,7 +596,8 @@ class _RunContext:
             self._post((_RETURNED, attempt, result))
 
     def _sleep(self, job: int, delay: float | None) -> None:
-        self._sleeps[job] = self._loop.call_later(delay or 0.0, self._post, (_ELAPSED, job, None))
+        wait = 0.0 if self._instant else (delay or 0.0)
+        self._sleeps[job] = self._loop.call_later(wait, self._post, (_ELAPSED, job, None))
 
     def _cancel(self, job: int) -> None:
         attempt = self._running[job]
@@ -605,7 +710,7 @@ class _RunContext:
             return  # the caller's cancellation is already on its way into the attempt
         attempt.timed_out = True
         task.cancel()
-        self._log_timeout(attempt)
+        self._timed_out(attempt)
 
     def _on_timeout(self, attempt: _Attempt) -> None:
         attempt.timer = None
@@ -619,9 +724,9 @@ class _RunContext:
             return
         attempt.timed_out = True
         task.cancel()
-        self._log_timeout(attempt)
+        self._timed_out(attempt)
 
-    def _log_timeout(self, attempt: _Attempt) -> None:
+    def _timed_out(self, attempt: _Attempt) -> None:
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(
                 "%s: attempt %d timed out after %s s; waiting for it to finish",
@@ -629,12 +734,21 @@ class _RunContext:
                 attempt.number + 1,
                 attempt.timeout,
             )
+        if self._observers is not None:
+            job = attempt.job
+            kind: EventKind = "attempt_timed_out" if job < self._n else "release_timed_out"
+            self._emit(kind, self._name(job), attempt.number + 1)
 
     def _subject(self, job: int) -> str:
         n = self._n
         if job < n:
             return f"node {self._nodes[job].name!r}"
         return f"release of {self._nodes[job - n].name!r}"
+
+    def _name(self, job: int) -> str:
+        """The node a job belongs to (the owner, for a release job)."""
+        n = self._n
+        return self._nodes[job if job < n else job - n].name
 
     # ----------------------------------------------------------------- events
 
@@ -649,8 +763,10 @@ class _RunContext:
             self._execute(self._run.elapsed(subject))
         elif kind == _UNSTARTED:
             self._unstarted(subject)
-        else:  # _BAD_INPUT
+        elif kind == _BAD_INPUT:
             self._bad_input(subject, payload)
+        else:  # _ABORT: an observer raised KeyboardInterrupt/SystemExit (already primary)
+            self._execute(self._run.cancel())
 
     def _end(self, attempt: _Attempt) -> None:
         self._running[attempt.job] = None
@@ -669,6 +785,8 @@ class _RunContext:
             if node.release is not None:
                 self._acquisitions[job] = Acquisition(value, node.output_type)
             if attempt.cancelled:
+                if self._observers is not None:
+                    self._emit("attempt_cancelled", node.name, attempt.number + 1)
                 self._execute(run.drained(job))
                 return
             if self._debug:
@@ -690,6 +808,8 @@ class _RunContext:
                     self._fail(attempt, invalid, False)
                     return
             self._values[node.name] = value
+            if self._observers is not None:
+                self._emit("attempt_succeeded", node.name, attempt.number + 1)
             self._execute(run.succeeded(job))
             return
         if attempt.cancelled:  # pragma: no cover - the core never cancels releases
@@ -701,6 +821,8 @@ class _RunContext:
             return
         if self._debug:
             logger.debug("release of %r: completed", self._nodes[job - n].name)
+        if self._observers is not None:
+            self._emit("release_succeeded", self._nodes[job - n].name, attempt.number + 1)
         self._execute(run.succeeded(job))
 
     def _raised(self, attempt: _Attempt, exc: BaseException) -> None:
@@ -711,6 +833,9 @@ class _RunContext:
             # else it raised meanwhile is still a diagnostic of the run.
             if not isinstance(exc, _CancelledError):
                 self._record(attempt, exc)
+            if self._observers is not None:
+                error = None if isinstance(exc, _CancelledError) else exc
+                self._emit("attempt_cancelled", self._name(job), attempt.number + 1, error=error)
             self._execute(self._run.drained(job))
             return
         n = self._n
@@ -730,8 +855,10 @@ class _RunContext:
         job = attempt.job
         run = self._run
         commands = run.failed(job, retryable)
+        delay: float | None = None
         for op, command_job, _number, arg in commands:
             if op == _SLEEP and command_job == job:
+                delay = 0.0 if self._instant else (arg or 0.0)
                 if logger.isEnabledFor(logging.WARNING):
                     logger.warning(
                         "%s: attempt %d failed with %s; retry %d in %.3f s",
@@ -739,17 +866,27 @@ class _RunContext:
                         run.attempts(job),
                         type(exc).__qualname__,
                         run.attempts(job),
-                        arg,
+                        delay,
                     )
                 break
         else:
             self._record(attempt, exc)
+        if self._observers is not None:
+            name = self._name(job)
+            number = attempt.number + 1
+            forward = job < self._n
+            self._emit("attempt_failed" if forward else "release_failed", name, number, error=exc)
+            if delay is not None:
+                retry: EventKind = "retry_scheduled" if forward else "release_retry_scheduled"
+                self._emit(retry, name, number, delay=delay)
         self._execute(commands)
 
     def _unstarted(self, attempt: _Attempt) -> None:
         self._end(attempt)
         job = attempt.job
         aw = attempt.aw
+        if self._observers is not None:
+            self._emit("attempt_cancelled", self._name(job), attempt.number + 1)
         if type(aw) is _CoroutineType:
             aw.close()  # never awaited: its body never ran
             if job < self._n and attempt.number == 0:
@@ -767,5 +904,7 @@ class _RunContext:
     def _bad_input(self, attempt: _Attempt, exc: BaseException) -> None:
         self._running[attempt.job] = None
         self._record(attempt, exc, before_first=True)
+        if self._observers is not None:
+            self._emit("input_rejected", self._name(attempt.job), 0, error=exc)
         # Nothing was called: no attempt counted, no release owed; the core aborts the run.
         self._execute(self._run.unstarted(attempt.job))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -18,6 +18,7 @@ from typing import Any
 
 from . import _core
 from ._driver import NodeRuntime, ReleaseRuntime, open_run
+from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
 from ._types import accepts, checker, compatible, validate_type
 
@@ -139,15 +140,24 @@ class PreparedPlan:
         *,
         inputs: Mapping[str, Any] | None = None,
         overrides: Mapping[str, Any] | None = None,
+        observer: Observer | Sequence[Observer] | None = None,
     ) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
         """Run the plan and keep its resources alive through the ``async with`` body.
 
         The body receives ``{output: value}``; every release runs after the body exits,
-        also when it raises or is cancelled.
+        also when it raises or is cancelled. ``observer`` (a callable, or a list/tuple of
+        them) receives a ``RunEvent`` for each step of the run.
         """
         values = self._values(inputs, overrides)
         program = self._program
-        return open_run(program.plan, program.runtimes, values, self.outputs, seed=program.seed)
+        return open_run(
+            program.plan,
+            program.runtimes,
+            values,
+            self.outputs,
+            seed=program.seed,
+            observer=observer,
+        )
 
     def to_dot(self) -> str:
         """Graphviz DOT of the selected graph.
@@ -180,11 +190,15 @@ class PreparedPlan:
         *,
         inputs: Mapping[str, Any] | None = None,
         overrides: Mapping[str, Any] | None = None,
+        observer: Observer | Sequence[Observer] | None = None,
     ) -> dict[str, Any]:
-        """Run the plan; return ``{output: value}`` after every release has finished."""
+        """Run the plan; return ``{output: value}`` after every release has finished.
+
+        ``observer`` as for :meth:`open`.
+        """
         if self._program.resource_outputs:
             raise ValueError(f"{_RESOURCE_OUTPUT}: {list(self._program.resource_outputs)}")
-        async with self.open(inputs=inputs, overrides=overrides) as results:
+        async with self.open(inputs=inputs, overrides=overrides, observer=observer) as results:
             return results
 
 

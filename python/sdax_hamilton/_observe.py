@@ -1,0 +1,443 @@
+"""Run events and the run report (issue 6: observability).
+
+A run started with ``observer=`` calls the observer with one :class:`RunEvent` at each step
+of the run, in causal order, on the event loop thread. :class:`RunReport` is an observer
+that accumulates those events into per-node and per-release timings.
+
+Events carry node names, attempt numbers, times and exception objects; nothing here
+formats an exception's message or a value flowing through the graph (they may be secrets):
+the report keeps exception *type* names only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal, TypeAlias
+
+__all__ = [
+    "EventKind",
+    "NodeReport",
+    "Observer",
+    "RunEvent",
+    "RunReport",
+    "observers_of",
+]
+
+EventKind: TypeAlias = Literal[
+    "run_started",
+    "attempt_started",
+    "attempt_succeeded",
+    "attempt_failed",
+    "attempt_timed_out",
+    "attempt_cancelled",
+    "retry_scheduled",
+    "retry_cancelled",
+    "input_rejected",
+    "shutdown_started",
+    "release_started",
+    "release_succeeded",
+    "release_failed",
+    "release_timed_out",
+    "release_retry_scheduled",
+    "run_finished",
+]
+"""Every ``RunEvent.kind``; see :class:`RunEvent` for when each is emitted."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One step of a run, passed to the run's observer(s).
+
+    ``kind`` says what happened:
+
+    * ``run_started`` (``nodes`` lists the plan's active nodes in topological order),
+      ``shutdown_started`` (the forward phase, and an ``open()`` body, are over; releases
+      begin) and ``run_finished`` (everything is released; ``error`` is the exception the
+      run raises, ``None`` on success) concern the whole run: ``node`` is ``""`` and
+      ``attempt`` is ``0``.
+    * ``attempt_started``: the node's function is called for attempt ``attempt``.
+    * ``attempt_succeeded``: the attempt returned and its value passed the output check.
+    * ``attempt_timed_out``: the attempt ran out of time and has been cancelled; it may
+      still be unwinding. Its ``attempt_failed`` (``error`` a ``TimeoutError``) follows
+      once it has finished.
+    * ``attempt_failed``: the attempt failed with ``error`` (also an output that failed its
+      check). Followed at once by ``retry_scheduled`` when the node will be retried;
+      otherwise the node has failed for good.
+    * ``retry_scheduled``: the run waits ``delay`` seconds, then starts attempt
+      ``attempt + 1`` (``attempt`` is the one that failed, so the delay lies within
+      ``initial_delay * backoff_factor ** (attempt - 1) * [0.5, 1.0]``).
+    * ``retry_cancelled``: that wait was dropped because the run is stopping.
+    * ``attempt_cancelled``: the run cancelled the attempt (another node failed or the
+      caller cancelled) and it has finished unwinding; ``error`` is an exception other
+      than ``CancelledError`` it raised meanwhile, else ``None``.
+    * ``input_rejected``: the node's inputs failed their type check before its first
+      attempt (``error`` is the ``TypeError``); nothing was called, ``attempt`` is ``0``.
+    * ``release_started`` / ``release_succeeded`` / ``release_failed`` /
+      ``release_timed_out`` / ``release_retry_scheduled``: the same for the release of
+      the resource owned by ``node``.
+
+    ``time`` is the event loop's clock (``loop.time()``) when the event was emitted.
+    ``run`` identifies the run (unique within the process), so one observer can follow
+    several concurrent runs.
+    """
+
+    kind: EventKind
+    node: str
+    attempt: int
+    time: float
+    delay: float | None = None
+    """Seconds until the next attempt (``retry_scheduled``, ``release_retry_scheduled``)."""
+    error: BaseException | None = None
+    """The exception object of a failure (the original, not a copy), else ``None``."""
+    run: int = 0
+    nodes: tuple[str, ...] = ()
+    """``run_started`` only: the plan's active nodes, in topological order."""
+
+
+Observer: TypeAlias = Callable[[RunEvent], object]
+"""Anything callable with one ``RunEvent``; its return value is ignored."""
+
+
+def observers_of(observer: object) -> tuple[Observer, ...] | None:
+    """Normalise an ``observer=`` argument: ``None``, a callable, or a sequence of them.
+
+    Returns ``None`` when there is nothing to call (``None`` or an empty sequence).
+    """
+    if observer is None:
+        return None
+    if callable(observer):
+        return (observer,)
+    if isinstance(observer, (list, tuple)):
+        for item in observer:
+            if not callable(item):
+                raise TypeError(
+                    "observer must be a callable or a list/tuple of callables, "
+                    f"got a {type(observer).__name__} containing {type(item).__name__}"
+                )
+        return tuple(observer) or None
+    raise TypeError(
+        f"observer must be a callable or a list/tuple of callables, not {type(observer).__name__}"
+    )
+
+
+# ------------------------------------------------------------------------- run report
+
+Outcome: TypeAlias = Literal[
+    "not started", "running", "waiting", "succeeded", "failed", "cancelled"
+]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReport:
+    """What one node (or one release) did during a run, as recorded by :class:`RunReport`.
+
+    Times are event-loop times (``loop.time()``); durations are in seconds.
+    """
+
+    name: str
+    """The node's name (for a release: the name of the node owning the resource)."""
+    outcome: Outcome
+    """``succeeded``, ``failed``, ``cancelled`` (stopped by the run, also during a retry
+    wait), ``not started``, or, while the run is still going, ``running`` / ``waiting``
+    (for a retry)."""
+    attempts: int
+    """Attempts started."""
+    timeouts: int
+    """Attempts that ran out of time."""
+    started: float | None
+    """When the first attempt started."""
+    finished: float | None
+    """When the final outcome was known (``None`` while running or waiting)."""
+    in_attempts: float
+    """Time spent inside attempts (from each call until it returned, failed or drained)."""
+    last_error: str | None
+    """Type name of the last exception (``None`` if there was none)."""
+
+    @property
+    def total(self) -> float | None:
+        """First start to final outcome, retry waits included (``None`` if unknown)."""
+        if self.started is None or self.finished is None:
+            return None
+        return self.finished - self.started
+
+    @property
+    def waiting(self) -> float | None:
+        """Time outside attempts between first start and final outcome (retry waits)."""
+        total = self.total
+        return None if total is None else max(total - self.in_attempts, 0.0)
+
+
+class _Track:
+    """Mutable per-job accumulator behind a ``NodeReport``."""
+
+    __slots__ = (
+        "attempt_start",
+        "attempts",
+        "finished",
+        "in_attempts",
+        "last_error",
+        "outcome",
+        "started",
+        "timeouts",
+    )
+
+    def __init__(self) -> None:
+        self.outcome: Outcome = "not started"
+        self.attempts = 0
+        self.timeouts = 0
+        self.started: float | None = None
+        self.finished: float | None = None
+        self.attempt_start: float | None = None
+        self.in_attempts = 0.0
+        self.last_error: str | None = None
+
+    def start(self, time: float) -> None:
+        self.attempts += 1
+        if self.started is None:
+            self.started = time
+        self.attempt_start = time
+        self.outcome = "running"
+        self.finished = None
+
+    def end(self, time: float, outcome: Outcome, error: BaseException | None) -> None:
+        if self.attempt_start is not None:
+            self.in_attempts += time - self.attempt_start
+            self.attempt_start = None
+        self.outcome = outcome
+        self.finished = time
+        if error is not None:
+            self.last_error = type(error).__qualname__
+
+    def snapshot(self, name: str) -> NodeReport:
+        return NodeReport(
+            name=name,
+            outcome=self.outcome,
+            attempts=self.attempts,
+            timeouts=self.timeouts,
+            started=self.started,
+            finished=self.finished,
+            in_attempts=self.in_attempts,
+            last_error=self.last_error,
+        )
+
+
+_FORWARD_END: Mapping[str, Outcome] = {
+    "attempt_succeeded": "succeeded",
+    "attempt_failed": "failed",
+    "attempt_cancelled": "cancelled",
+    "release_succeeded": "succeeded",
+    "release_failed": "failed",
+}
+
+
+class RunReport:
+    """An observer that records one run: per node and per release, where the time went.
+
+    ::
+
+        report = RunReport()
+        await plan.execute(inputs=..., observer=report)
+        print(report.format())
+
+    Use one ``RunReport`` per run: events of a second run raise ``ValueError`` (which the
+    run logs and ignores, as for any observer that raises). The report can be read while
+    the run is going; unfinished nodes then show ``running`` or ``waiting``.
+    """
+
+    __slots__ = (
+        "_finished",
+        "_nodes",
+        "_order",
+        "_releases",
+        "_run",
+        "_run_error",
+        "_shutdown",
+        "_started",
+    )
+
+    def __init__(self) -> None:
+        self._run: int | None = None
+        self._order: tuple[str, ...] = ()
+        self._nodes: dict[str, _Track] = {}
+        self._releases: dict[str, _Track] = {}
+        self._started: float | None = None
+        self._shutdown: float | None = None
+        self._finished: float | None = None
+        self._run_error: BaseException | None = None
+
+    def __call__(self, event: RunEvent) -> None:
+        if self._run is None:
+            self._run = event.run
+        elif event.run != self._run:
+            raise ValueError("a RunReport records one run; use a new RunReport for each run")
+        kind = event.kind
+        time = event.time
+        if kind == "run_started":
+            self._started = time
+            self._order = event.nodes
+            for name in event.nodes:
+                self._nodes.setdefault(name, _Track())
+            return
+        if kind == "shutdown_started":
+            self._shutdown = time
+            return
+        if kind == "run_finished":
+            self._finished = time
+            self._run_error = event.error
+            return
+        release = kind.startswith("release_")
+        table = self._releases if release else self._nodes
+        track = table.get(event.node)
+        if track is None:
+            track = table[event.node] = _Track()
+        if kind == "attempt_started" or kind == "release_started":
+            track.start(time)
+        elif kind in _FORWARD_END:
+            track.end(time, _FORWARD_END[kind], event.error)
+        elif kind == "retry_scheduled" or kind == "release_retry_scheduled":
+            track.outcome = "waiting"
+            track.finished = None
+        elif kind == "retry_cancelled":
+            track.end(time, "cancelled", None)
+        elif kind == "attempt_timed_out" or kind == "release_timed_out":
+            track.timeouts += 1
+        elif kind == "input_rejected":
+            track.end(time, "failed", event.error)
+
+    # ----------------------------------------------------------------- reading
+
+    @property
+    def nodes(self) -> Mapping[str, NodeReport]:
+        """Every active node of the run (started or not), in topological order."""
+        order = self._order or tuple(self._nodes)
+        extra = tuple(name for name in self._nodes if name not in set(order))
+        return MappingProxyType(
+            {name: self._nodes[name].snapshot(name) for name in (*order, *extra)}
+        )
+
+    @property
+    def releases(self) -> Mapping[str, NodeReport]:
+        """The releases that ran, keyed by the node owning the resource, in start order."""
+        return MappingProxyType(
+            {name: track.snapshot(name) for name, track in self._releases.items()}
+        )
+
+    @property
+    def started(self) -> float | None:
+        """Loop time at which the run started (``None`` before ``run_started``)."""
+        return self._started
+
+    @property
+    def finished(self) -> float | None:
+        """Loop time at which the run finished, releases included (``None`` until then)."""
+        return self._finished
+
+    @property
+    def duration(self) -> float | None:
+        """Whole run in seconds, from start to the end of the last release."""
+        if self._started is None or self._finished is None:
+            return None
+        return self._finished - self._started
+
+    @property
+    def outcome(self) -> Literal["not started", "running", "succeeded", "failed", "cancelled"]:
+        """How the run ended: ``cancelled`` when it raised a ``CancelledError``."""
+        if self._started is None:
+            return "not started"
+        if self._finished is None:
+            return "running"
+        error = self._run_error
+        if error is None:
+            return "succeeded"
+        if isinstance(error, asyncio.CancelledError):
+            return "cancelled"
+        return "failed"
+
+    @property
+    def error(self) -> str | None:
+        """Type name of the exception the run raised, ``None`` if it did not (yet)."""
+        error = self._run_error
+        return None if error is None else type(error).__qualname__
+
+    def format(self) -> str:
+        """A compact table of the run: one row per node and per release.
+
+        The header gives the run's outcome and duration, split into *forward* (from the
+        start until releases begin; for ``open()`` this includes the body) and *shutdown*.
+        Columns: outcome, attempts (with timeouts), start (offset from the run's start),
+        total (first start to final outcome), in calls (time inside attempts), waiting
+        (retry waits: the rest of total) and the last exception's type.
+        """
+        origin = self._started
+        header = f"sdax_hamilton run: {self.outcome}"
+        if self.error is not None:
+            header += f" ({self.error})"
+        if origin is not None and self._finished is not None:
+            header += f" in {_duration(self._finished - origin)}"
+            shutdown = self._shutdown
+            if shutdown is not None:
+                forward = _duration(shutdown - origin)
+                header += f" (forward {forward}, shutdown {_duration(self._finished - shutdown)})"
+        rows: list[tuple[str, ...]] = [
+            ("step", "outcome", "attempts", "start", "total", "in calls", "waiting", "last error")
+        ]
+        for kind, table in (("node", self.nodes), ("release", self.releases)):
+            for name, item in table.items():
+                attempts = str(item.attempts)
+                if item.timeouts:
+                    attempts += f" ({item.timeouts} timed out)"
+                start = (
+                    "-"
+                    if item.started is None or origin is None
+                    else "+" + _duration(item.started - origin)
+                )
+                total = item.total
+                waiting = item.waiting
+                rows.append(
+                    (
+                        name if kind == "node" else f"release of {name}",
+                        item.outcome,
+                        attempts,
+                        start,
+                        "-" if total is None else _duration(total),
+                        "-" if item.started is None else _duration(item.in_attempts),
+                        "-" if waiting is None else _duration(waiting),
+                        item.last_error or "-",
+                    )
+                )
+        return "\n".join([header, *_table(rows)])
+
+    def __str__(self) -> str:
+        return self.format()
+
+    def __repr__(self) -> str:
+        return (
+            f"<RunReport {self.outcome}: nodes={len(self._nodes)} releases={len(self._releases)}>"
+        )
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 0.001:
+        return f"{seconds * 1e6:.0f} µs"
+    if seconds < 1.0:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds:.2f} s"
+
+
+_RIGHT = frozenset({2, 3, 4, 5, 6})  # numeric columns are right-aligned
+
+
+def _table(rows: Iterable[tuple[str, ...]]) -> list[str]:
+    materialised = list(rows)
+    widths = [max(len(row[i]) for row in materialised) for i in range(len(materialised[0]))]
+    lines = []
+    for row in materialised:
+        cells = [
+            cell.rjust(widths[i]) if i in _RIGHT else cell.ljust(widths[i])
+            for i, cell in enumerate(row)
+        ]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines

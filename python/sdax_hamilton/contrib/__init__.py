@@ -1,0 +1,1 @@
+"""Optional integrations; each submodule needs its own third-party package."""
