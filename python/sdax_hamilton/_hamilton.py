@@ -58,6 +58,8 @@ _SUPPORTED_TEXT = ">=1.90,<1.91"
 # Hamilton's decorator lifecycle attribute names on functions (function_modifiers.base).
 _LIFECYCLE = ("resolve", "generate", "expand", "transform", "inject", "decorate_nodes", "dynamic")
 
+_LIFECYCLE_SET = frozenset(_LIFECYCLE)
+
 _POWER_USER_MODE = "hamilton.enable_power_user_mode"
 
 # Provenance kinds of generated nodes.
@@ -306,11 +308,11 @@ def _default_retryable() -> tuple[type[BaseException], ...]:
 
 
 def _is_excluded(fn: Any) -> bool:
+    resolvers = getattr(fn, "__dict__", {}).get("resolve", None)
+    if not resolvers:
+        return False
     exclude = _fm("configuration").hamilton_exclude
-    return any(
-        type(modifier) is exclude
-        for modifier in getattr(fn, "__dict__", {}).get("resolve", None) or ()
-    )
+    return any(type(modifier) is exclude for modifier in resolvers)
 
 
 def _loaded(module: ModuleType) -> None:
@@ -355,6 +357,80 @@ def _hints(fn: Callable[..., Any]) -> dict[str, Any]:
         raise TypeError(f"{_origin(fn)}: cannot resolve type annotations ({exc})") from None
 
 
+_EMPTY: Any = inspect.Parameter.empty
+_POSITIONAL_OR_KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
+_KEYWORD_ONLY = inspect.Parameter.KEYWORD_ONLY
+_ALLOWED_KINDS = (_POSITIONAL_OR_KEYWORD, _KEYWORD_ONLY)
+_GENERATOR_FLAGS = inspect.CO_GENERATOR | inspect.CO_ASYNC_GENERATOR
+_VARIADIC_FLAGS = inspect.CO_VARARGS | inspect.CO_VARKEYWORDS
+# Function attributes through which ``inspect.signature`` departs from the code object.
+_SIGNATURE_ATTRIBUTES = frozenset(
+    {"__wrapped__", "__signature__", "_partialmethod", "__text_signature__"}
+)
+# Function attributes through which Hamilton's ``resolve_nodes`` departs from its default
+# node creation (``Node.from_fn``): the lifecycle lists and ``config``'s marker.
+_RESOLUTION_ATTRIBUTES = frozenset({*_LIFECYCLE, "__config_decorated__"})
+
+_Param = tuple[str, Any, Any]
+"""(name, ``inspect.Parameter`` kind, default or ``inspect.Parameter.empty``)."""
+
+
+def _code_params(fn: FunctionType) -> tuple[_Param, ...] | None:
+    """The parameters ``inspect.signature(fn)`` would report, read straight off the code
+    object, when that is exactly equivalent and every parameter is positional-or-keyword or
+    keyword-only; ``None`` otherwise (the caller then asks ``inspect.signature``).
+
+    ``inspect.signature`` builds these from ``__code__``, ``__defaults__`` and
+    ``__kwdefaults__`` unless one of ``_SIGNATURE_ATTRIBUTES`` is set on the function; it
+    costs several microseconds per function, most of a plain node's declaration check.
+    """
+    if not _SIGNATURE_ATTRIBUTES.isdisjoint(fn.__dict__):
+        return None
+    code = fn.__code__
+    if code.co_flags & _VARIADIC_FLAGS or code.co_posonlyargcount:
+        return None
+    names = code.co_varnames
+    count = code.co_argcount
+    defaults = fn.__defaults__ or ()
+    first_default = count - len(defaults)
+    if first_default < 0:
+        return None
+    params: list[_Param] = [
+        (
+            names[index],
+            _POSITIONAL_OR_KEYWORD,
+            defaults[index - first_default] if index >= first_default else _EMPTY,
+        )
+        for index in range(count)
+    ]
+    keyword_only = names[count : count + code.co_kwonlyargcount]
+    if keyword_only:
+        kwdefaults = fn.__kwdefaults__
+        for name in keyword_only:
+            default = kwdefaults.get(name, _EMPTY) if kwdefaults is not None else _EMPTY
+            params.append((name, _KEYWORD_ONLY, default))
+    return tuple(params)
+
+
+def _signature_params(fn: FunctionType) -> tuple[_Param, ...]:
+    return tuple(
+        (param.name, param.kind, param.default)
+        for param in inspect.signature(fn).parameters.values()
+    )
+
+
+@dataclass(slots=True)
+class _Facts:
+    """What one build learns about a declaration's signature, computed once and shared by
+    the declaration checks and node creation."""
+
+    params: tuple[_Param, ...]
+    hints: dict[str, Any]
+    plain: bool
+    """No Hamilton decorator and a signature read off the code object: the node Hamilton's
+    ``resolve_nodes`` would create is built directly from these facts (``_plain_node``)."""
+
+
 def _clone(fn: FunctionType) -> FunctionType:
     """A new function sharing code, globals and closure; modifier lists re-created with
     shallow-copied modifier objects, so resolution cannot mutate the user's objects."""
@@ -370,6 +446,56 @@ def _clone(fn: FunctionType) -> FunctionType:
     new.__doc__ = fn.__doc__
     new.__annotations__ = dict(fn.__annotations__)
     return new
+
+
+def _plain_node(clone: FunctionType, facts: _Facts) -> Any | None:
+    """The node ``resolve_nodes(clone, config)`` creates for an undecorated function, built
+    directly from the facts the declaration checks already computed (``None`` when this
+    shortcut does not apply and Hamilton must resolve the function itself).
+
+    For a function without lifecycle attributes Hamilton 1.90 applies its defaults only:
+    ``Node.from_fn`` (name, return hint, doc, ``{"module": …}`` tag, STANDARD role, inputs
+    and optional values from ``inspect.signature`` and the type hints), then a copy carrying
+    ``originating_functions=(fn,)``. That costs three ``get_type_hints`` calls, a signature,
+    two node constructions and the lifecycle bookkeeping — most of a plain node's build.
+    ``tests/test_hamilton_plain_nodes.py`` compares the two constructions field by field.
+    """
+    hints = facts.hints
+    module = sys.modules.get(clone.__module__)  # inspect.getmodule of a function
+    if module is None or len(hints) != len(facts.params) + 1:
+        # Hamilton would fail on the module, or derives the node role from extra hints.
+        return None
+    node_module = _hamilton_node()
+    required = node_module.DependencyType.REQUIRED
+    optional = node_module.DependencyType.OPTIONAL
+    input_types: dict[str, tuple[Any, Any]] = {}
+    defaults: dict[str, Any] = {}
+    for name, _kind, default in facts.params:
+        if default is _EMPTY:
+            input_types[name] = (hints[name], required)
+        else:
+            input_types[name] = (hints[name], optional)
+            defaults[name] = default
+    return node_module.Node(
+        clone.__name__,
+        hints["return"],
+        clone.__doc__ or "",
+        callabl=clone,
+        input_types=input_types,
+        tags={"module": module.__name__},
+        originating_functions=(clone,),
+        optional_values=defaults,
+    )
+
+
+def _hamilton_node() -> Any:
+    module = _HAMILTON_NODE.get("node")
+    if module is None:
+        module = _HAMILTON_NODE["node"] = importlib.import_module("hamilton.node")
+    return module
+
+
+_HAMILTON_NODE: dict[str, Any] = {}
 
 
 # --------------------------------------------------------------------------------------------
@@ -492,6 +618,8 @@ def _validation_gate(
 class _Generated:
     node: Any
     prov: _Prov
+    private: bool = False
+    """The node is this build's own (``_plain_node``): nothing else refers to it."""
 
 
 class _Translator:
@@ -503,6 +631,8 @@ class _Translator:
         self.roots: list[FunctionType] = []
         self.declarations: list[FunctionType] = []  # roots + nested, in discovery order
         self.releases: list[FunctionType] = []
+        # id(fn) -> (fn, facts), for every function whose signature was checked in this build.
+        self.facts: dict[int, tuple[FunctionType, _Facts]] = {}
 
     # ---------------------------------------------------------------- discovery (5.3)
 
@@ -568,6 +698,8 @@ class _Translator:
 
     def _nested(self, fn: FunctionType) -> list[FunctionType]:
         """Functions a ``subdag``/``parameterized_subdag``/``with_columns`` resolves."""
+        if _LIFECYCLE_SET.isdisjoint(fn.__dict__):
+            return []
         recursive = _fm("recursive")
         nested: list[FunctionType] = []
         for lifecycle, modifier in _modifiers(fn):
@@ -601,38 +733,48 @@ class _Translator:
 
     def _check_signature(self, fn: FunctionType, *, shape_from_resolve: bool) -> None:
         origin = _origin(fn)
-        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        if fn.__code__.co_flags & _GENERATOR_FLAGS:  # inspect.isgeneratorfunction / isasyncgen…
             raise TypeError(f"{origin}: generator functions cannot be graph nodes")
-        signature = inspect.signature(fn)
-        allowed = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        for param in signature.parameters.values():
-            if param.kind not in allowed:
-                raise TypeError(
-                    f"{origin}.{param.name}: parameter kind {param.kind.description} is not "
-                    "supported (use positional-or-keyword or keyword-only parameters)"
-                )
+        params = _code_params(fn)
+        plain = params is not None and not shape_from_resolve
+        if params is None:
+            params = _signature_params(fn)
+            for name, kind, _default in params:
+                if kind not in _ALLOWED_KINDS:
+                    raise TypeError(
+                        f"{origin}.{name}: parameter kind {kind.description} is not "
+                        "supported (use positional-or-keyword or keyword-only parameters)"
+                    )
         hints = _hints(fn)
-        for param in signature.parameters.values():
-            if param.name not in hints:
-                raise TypeError(f"{origin}.{param.name}: missing type")
-            hint = hints[param.name]
-            validate_type(hint, where=f"{origin}.{param.name}")
-            if param.default is not inspect.Parameter.empty and not accepts(param.default, hint):
-                raise TypeError(f"{origin}.{param.name}: invalid default for its annotation")
+        for name, _kind, default in params:
+            if name not in hints:
+                raise TypeError(f"{origin}.{name}: missing type")
+            hint = hints[name]
+            validate_type(hint, where=f"{origin}.{name}")
+            if default is not _EMPTY and not accepts(default, hint):
+                raise TypeError(f"{origin}.{name}: invalid default for its annotation")
         if "return" not in hints:
             raise TypeError(f"{origin}: missing return type")
         if not shape_from_resolve:
             validate_type(hints["return"], where=f"{origin} return")
+        plain = plain and _RESOLUTION_ATTRIBUTES.isdisjoint(fn.__dict__)
+        self.facts[id(fn)] = (fn, _Facts(params, hints, plain))
 
     def _check_declaration(self, fn: FunctionType) -> None:
-        decorators = [modifier for _lifecycle, modifier in _modifiers(fn)]
-        profiles = list(dict.fromkeys(p for m in decorators if (p := _PROFILES.get(type(m)))))
-        # resolve supplies the shape later; pandera's annotation is normalised (5.6). The
-        # generated nodes' types are validated after resolution either way.
-        shape_later = "pandera" in profiles or any(
-            _admitted().get(type(modifier)) == "dynamic" for modifier in decorators
-        )
-        self._check_signature(fn, shape_from_resolve=shape_later)
+        if _LIFECYCLE_SET.isdisjoint(fn.__dict__):  # no Hamilton decorator: the common case
+            self._check_signature(fn, shape_from_resolve=False)
+            decorators: list[object] = []
+            profiles: list[str] = []
+        else:
+            admitted = _admitted()  # also fills _PROFILES
+            decorators = [modifier for _lifecycle, modifier in _modifiers(fn)]
+            profiles = list(dict.fromkeys(p for m in decorators if (p := _PROFILES.get(type(m)))))
+            # resolve supplies the shape later; pandera's annotation is normalised (5.6). The
+            # generated nodes' types are validated after resolution either way.
+            shape_later = "pandera" in profiles or any(
+                admitted.get(type(modifier)) == "dynamic" for modifier in decorators
+            )
+            self._check_signature(fn, shape_from_resolve=shape_later)
         for modifier in decorators:
             if _kind_of(modifier) == "does":
                 replacing = modifier.replacing_function  # type: ignore[attr-defined]
@@ -696,8 +838,13 @@ class _Translator:
         self, fn: FunctionType, config: dict[str, Any], mount: tuple[str, ...]
     ) -> list[_Generated]:
         """Expand one declaration with Hamilton's lifecycle, recording provenance."""
-        base = _fm("base")
         clone = _clone(fn)
+        found = self.facts.get(id(fn))
+        if found is not None and found[0] is fn and found[1].plain:
+            node_ = _plain_node(clone, found[1])
+            if node_ is not None:
+                return [_Generated(node_, _Prov(_CALL, fn, mount), True)]
+        base = _fm("base")
         resolution = _Resolution(fn, mount, config)
         try:
             for _lifecycle, modifier in _modifiers(clone):
@@ -1043,13 +1190,16 @@ class _Translator:
 
         generated = self.resolve_all()
 
+        standard = NodeType.STANDARD
         by_name: dict[str, _Generated] = {}
+        valid_types: set[Any] = set()  # node types this loop has validated
         for item in generated:
-            name = item.node.name
-            if item.node.node_role != NodeType.STANDARD:
+            node_ = item.node
+            name = node_.name
+            if node_.node_role != standard:
                 raise ValueError(
                     f"Hamilton node {name} ({_origin(item.prov.decl)}) has role "
-                    f"{item.node.node_role.name}; Parallelizable/Collect nodes are not supported"
+                    f"{node_.node_role.name}; Parallelizable/Collect nodes are not supported"
                 )
             previous = by_name.get(name)
             if previous is not None:
@@ -1058,19 +1208,30 @@ class _Translator:
                     f"{_origin(previous.prov.decl)} and {_origin(item.prov.decl)}"
                 )
             by_name[name] = item
-            validate_type(item.node.type, where=f"node {name} ({_origin(item.prov.decl)})")
+            node_type = node_.type
+            try:
+                if node_type in valid_types:
+                    continue
+            except TypeError:  # unhashable annotation: validate every time
+                validate_type(node_type, where=f"node {name} ({_origin(item.prov.decl)})")
+                continue
+            validate_type(node_type, where=f"node {name} ({_origin(item.prov.decl)})")
+            valid_types.add(node_type)
 
-        # Hamilton's own edge check over every node that config does not replace (on copies
-        # without references, so the node callables do not keep Hamilton's graph alive).
-        hamilton_graph.update_dependencies(
-            {
-                name: item.node.copy(include_refs=False)
-                for name, item in by_name.items()
-                if name not in self.config
-            },
-            LifecycleAdapterSet(),
-            reset_dependencies=False,
-        )
+        # Hamilton's own edge check over every node that config does not replace. It links
+        # the nodes it is given; nodes Hamilton made are copied without references first, so
+        # the node callables do not keep Hamilton's graph alive. Afterwards the links are
+        # dropped again, so the checked graph is freed at once rather than by the collector.
+        checked = {
+            name: item.node if item.private else item.node.copy(include_refs=False)
+            for name, item in by_name.items()
+            if name not in self.config
+        }
+        hamilton_graph.update_dependencies(checked, LifecycleAdapterSet(), reset_dependencies=False)
+        for node_ in checked.values():
+            node_.dependencies.clear()
+            node_.depended_on_by.clear()
+        del checked
 
         policies, releases, ownership = self._place(by_name)
         default_policy = self._default_policy()
@@ -1090,31 +1251,39 @@ class _Translator:
         borrows = self._borrows(by_name, owned)
 
         specs: dict[str, NodeSpec] = {}
+        origins: dict[int, str] = {}  # id(declaration) -> _origin(declaration)
         for name, item in by_name.items():
             node_ = item.node
             prov = item.prov
             defaults = node_.default_parameter_values
             inputs = tuple(
-                InputSpec(
-                    name=input_name,
-                    type=input_type,
-                    has_default=input_name in defaults,
-                    default=defaults.get(input_name),
-                )
-                for input_name, (input_type, _dependency) in node_.input_types.items()
+                [
+                    InputSpec(
+                        name=input_name,
+                        type=input_type,
+                        has_default=True,
+                        default=defaults[input_name],
+                    )
+                    if input_name in defaults
+                    else InputSpec(name=input_name, type=input_type, has_default=False)
+                    for input_name, (input_type, _dependency) in node_.input_types.items()
+                ]
             )
             node_borrows = borrows.get(name, ())
             gate = None
             if prov.internal and prov.gate is not None:
                 gate = ".".join((*prov.mount, prov.gate))
             release_entry = releases.get(name)
+            origin = origins.get(id(prov.decl))
+            if origin is None:
+                origin = origins[id(prov.decl)] = _origin(prov.decl)
             specs[name] = NodeSpec(
                 name=name,
                 type=node_.type,
                 call=node_.callable,
                 inputs=inputs,
                 policy=policies.get(name, default_policy),
-                origin=_origin(prov.decl),
+                origin=origin,
                 release=release_entry[0] if release_entry is not None else None,
                 borrows=node_borrows,
                 ownership_required=name in ownership,
@@ -1138,9 +1307,17 @@ class _Translator:
         frozenset[str],
     ]:
         """Map policies and releases onto generated nodes (SPEC 5.8, 5.9)."""
-        groups: dict[int, dict[tuple[str, ...], list[str]]] = {}
-        for name, item in by_name.items():
-            groups.setdefault(id(item.prov.decl), {}).setdefault(item.prov.mount, []).append(name)
+        # Only declarations with an execution policy or a shutdown place anything.
+        groups: dict[int, dict[tuple[str, ...], list[str]]] = {
+            id(fn): {}
+            for fn in self.declarations
+            if isinstance(_declaration(fn), _declarations.ExecutionDeclaration) or _shutdowns_of(fn)
+        }
+        if groups:
+            for name, item in by_name.items():
+                mounts = groups.get(id(item.prov.decl))
+                if mounts is not None:
+                    mounts.setdefault(item.prov.mount, []).append(name)
 
         policies: dict[str, _core.Policy] = {}
         releases: dict[str, tuple[ReleaseSpec, FunctionType]] = {}

@@ -1,0 +1,235 @@
+"""The Driver's shortcuts for undecorated functions equal what they replace.
+
+``Driver`` reads a plain function's parameters off its code object instead of calling
+``inspect.signature``, and builds the node Hamilton's ``resolve_nodes`` would create directly
+from the facts its declaration checks computed. These tests compare both shortcuts with the
+real thing, field by field, and check that functions outside the shortcut's conditions still
+go through ``inspect.signature`` and Hamilton.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+import pytest
+from hamilton.function_modifiers import base  # type: ignore[import-untyped]
+
+from sdax_hamilton import Driver
+from sdax_hamilton._hamilton import _clone, _code_params, _Translator
+
+PLAIN_SOURCE = '''
+from typing import Any, Optional
+
+SENTINEL = object()
+
+
+def no_params() -> int:
+    return 1
+
+
+def documented(no_params: int) -> str:
+    """Has a docstring."""
+    return str(no_params)
+
+
+def with_defaults(a: int, b: float = 2.5, c: Optional[int] = None, d: list[int] = []) -> float:
+    return a + b
+
+
+def keyword_only(a: int, *, k: str = "x", m: int) -> str:
+    return k
+
+
+def keyword_only_without_defaults(*, k: str, m: int) -> str:
+    return k
+
+
+def any_default(x: Any = SENTINEL) -> Any:
+    return x
+
+
+async def coroutine(a: int, b: int = 3) -> int:
+    return a + b
+
+
+def returns_none(a: int) -> None:
+    return None
+'''
+
+
+def _params_by_inspect(fn: Any) -> tuple[tuple[str, Any, Any], ...]:
+    return tuple(
+        (param.name, param.kind, param.default)
+        for param in inspect.signature(fn).parameters.values()
+    )
+
+
+def _same_params(found: Any, expected: Any) -> bool:
+    return len(found) == len(expected) and all(
+        a[0] == b[0] and a[1] == b[1] and a[2] is b[2] for a, b in zip(found, expected, strict=True)
+    )
+
+
+def _node_fields(node_: Any) -> dict[str, Any]:
+    return {
+        "name": node_.name,
+        "type": node_.type,
+        "documentation": node_.documentation,
+        "role": node_.node_role,
+        "input_types": node_.input_types,
+        "tags": node_.tags,
+        "namespace": node_.namespace,
+        "user_defined": node_.user_defined,
+        "default_keys": sorted(node_.default_parameter_values),
+        "code": node_.callable.__code__,
+        "qualname": node_.callable.__qualname__,
+    }
+
+
+@pytest.mark.parametrize("future_annotations", [False, True])
+def test_plain_nodes_equal_hamilton_resolution(make_module: Any, future_annotations: bool) -> None:
+    prefix = "from __future__ import annotations\n" if future_annotations else ""
+    mod = make_module(prefix + PLAIN_SOURCE)
+    translator = _Translator((mod,), {})
+    translator.discover()
+    translator.check_declarations()
+    assert len(translator.roots) == 8
+    for fn in translator.roots:
+        (item,) = translator._resolve(fn, {}, ())
+        assert item.private, fn.__name__  # the shortcut was taken
+        ours = item.node
+        (theirs,) = base.resolve_nodes(_clone(fn), {})
+        assert _node_fields(ours) == _node_fields(theirs), fn.__name__
+        # the defaults are the function's own objects, as Hamilton records them
+        for key, value in theirs.default_parameter_values.items():
+            assert ours.default_parameter_values[key] is value
+        # the callable is a clone, and it is the node's only originating function
+        assert ours.callable is not fn
+        assert ours.originating_functions == (ours.callable,)
+        assert len(theirs.originating_functions) == 1
+
+
+def test_code_params_equal_inspect_signature(make_module: Any) -> None:
+    mod = make_module(PLAIN_SOURCE)
+    checked = 0
+    for name in dir(mod):
+        fn = getattr(mod, name)
+        if inspect.isfunction(fn):
+            assert _same_params(_code_params(fn), _params_by_inspect(fn)), name
+            checked += 1
+    assert checked == 8
+
+
+def _variadic(*args: int) -> int:
+    return 0
+
+
+def _keywords(**kwargs: int) -> int:
+    return 0
+
+
+def _positional_only(a: int, /) -> int:
+    return a
+
+
+def _target(a: int) -> int:
+    return a
+
+
+@functools.wraps(_target)
+def _wrapper(*args: Any, **kwargs: Any) -> int:
+    return _target(*args, **kwargs)
+
+
+def _with_signature(a: int) -> int:
+    return a
+
+
+_with_signature.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter("a", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=3)]
+)
+
+
+@pytest.mark.parametrize(
+    "fn", [_variadic, _keywords, _positional_only, _wrapper, _with_signature], ids=repr
+)
+def test_code_params_defer_to_inspect_when_they_would_differ(fn: Any) -> None:
+    assert _code_params(fn) is None
+
+
+def test_a_function_with_a_signature_attribute_is_resolved_by_hamilton(make_module: Any) -> None:
+    # inspect.signature (which Hamilton uses) reports a default the code object lacks: the
+    # Driver follows the signature, as Hamilton does.
+    mod = make_module(
+        """
+        import inspect
+
+        def a(x: int) -> int:
+            return x
+
+        a.__signature__ = inspect.Signature(
+            [inspect.Parameter("x", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=3)],
+            return_annotation=int,
+        )
+        """
+    )
+    spec = Driver(mod)._nodes["a"]
+    (x,) = spec.inputs
+    assert (x.name, x.has_default, x.default) == ("x", True, 3)
+    plan = Driver(mod).prepare(["a"])
+    assert dict(plan.required_inputs) == {}
+
+
+def test_a_signature_default_is_checked_against_the_annotation(make_module: Any) -> None:
+    mod = make_module(
+        """
+        import inspect
+
+        def a(x: int) -> int:
+            return x
+
+        a.__signature__ = inspect.Signature(
+            [inspect.Parameter("x", inspect.Parameter.POSITIONAL_OR_KEYWORD, default="3")],
+            return_annotation=int,
+        )
+        """
+    )
+    with pytest.raises(TypeError, match=r"\.a\.x: invalid default for its annotation"):
+        Driver(mod)
+
+
+def test_decorated_functions_are_resolved_by_hamilton(make_module: Any) -> None:
+    mod = make_module(
+        """
+        from hamilton.function_modifiers import tag
+
+        @tag(owner="team")
+        def a(x: int) -> int:
+            return x
+        """
+    )
+    translator = _Translator((mod,), {})
+    translator.discover()
+    translator.check_declarations()
+    (item,) = translator._resolve(translator.roots[0], {}, ())
+    assert not item.private
+    assert item.node.tags["owner"] == "team"
+
+
+def test_extra_annotations_leave_node_roles_to_hamilton(make_module: Any) -> None:
+    # Hamilton derives the node role from every type hint, also from annotations that name
+    # no parameter; such a function is resolved by Hamilton itself.
+    mod = make_module(
+        """
+        from hamilton.htypes import Collect
+
+        def total(item: int) -> int:
+            return item
+
+        total.__annotations__["stale"] = Collect[int]
+        """
+    )
+    with pytest.raises(ValueError, match="role COLLECT"):
+        Driver(mod)
