@@ -256,3 +256,24 @@ async def test_input_checked_once_when_outputs_are_unchecked(make_module: Any) -
     assert isinstance(leaf, TypeError)
     assert "Invalid input for consumer.wrong" in str(leaf)
     assert mod.CALLS == []  # never called, never retried
+
+
+def test_default_must_satisfy_every_consumer_requirement(make_module: Any) -> None:
+    mod = make_module(
+        """
+        from typing import Optional
+
+        def strict(x: int = 1) -> int:
+            return x
+
+        def loose(x: Optional[int] = None) -> int:
+            return x or 0
+
+        def both(strict: int, loose: int) -> int:
+            return strict + loose
+        """
+    )
+    with pytest.raises(TypeError, match="Invalid default for input 'x' of node 'loose'"):
+        Driver(mod).prepare(["both"])
+    # Each node alone is fine: its default satisfies its own requirement.
+    assert Driver(mod).prepare(["loose"]).required_inputs == {}

@@ -20,7 +20,7 @@ from . import _core
 from ._driver import NodeRuntime, ReleaseRuntime, open_run
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
-from ._types import accepts, checker, compatible, validate_type
+from ._types import accepts, checker, compatible, describe, validate_type
 
 Check = Callable[[Any], bool]
 
@@ -267,6 +267,7 @@ def build_plan(
     # Requirements per name consumed by an active node, in topological consumer order.
     requirements: dict[str, list[Any]] = {}
     external_defaults: dict[str, bool] = {}
+    defaulted: list[tuple[str, InputSpec]] = []
     for name in active:
         spec = nodes[name]
         for inp in spec.inputs:
@@ -280,6 +281,18 @@ def build_plan(
                 # was not declared optional (then the defaults are used).
                 external_defaults[inp.name] = (
                     external_defaults.get(inp.name, True) and inp.has_default
+                )
+                if inp.has_default:
+                    defaulted.append((name, inp))
+
+    # A default stands in for an external input, so it must satisfy every consumer's
+    # requirement of that input, not only its own node's.
+    for name, inp in defaulted:
+        for tp in requirements[inp.name]:
+            if not accepts(inp.default, tp):
+                raise TypeError(
+                    f"Invalid default for input {inp.name!r} of node {name!r}: "
+                    f"not accepted by every consumer's requirement ({describe(tp)})"
                 )
 
     # 6.2 step 4
