@@ -713,3 +713,42 @@ async def test_an_invalid_observer_is_refused_before_anything_runs(make_module: 
     with pytest.raises(TypeError, match="observer"):
         await plan.execute(inputs={"flaky": flaky}, observer="nope")  # type: ignore[arg-type]
     assert flaky == []
+
+
+# --------------------------------------------------------------------- pending cancellation
+
+
+@pytest.mark.parametrize("swallows", [False, True])
+async def test_a_cancellation_pending_when_the_run_starts_is_the_callers(swallows: bool) -> None:
+    """The lone node would be awaited inline in the caller's task; a cancellation already
+    requested of that task must not be taken for the node's own (nor lost when the node
+    swallows it): the run cancels the node, releases, and raises the caller's cancellation."""
+    recorder = Recorder()
+    released: list[str] = []
+
+    async def lone() -> str:
+        try:
+            await asyncio.sleep(0.01)
+        except asyncio.CancelledError:
+            if not swallows:
+                raise
+        return "value"
+
+    node = Node("a", lone, release=lambda acquired: released.append("a"))
+
+    async def caller() -> dict[str, Any]:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel("pending at entry")
+        return await run([node], ["a"], recorder)
+
+    with clean_loop():
+        with pytest.raises(asyncio.CancelledError) as info:
+            await asyncio.create_task(caller())
+    assert info.value.args == ("pending at entry",)
+    assert recorder.first("run_finished").error is info.value
+    kinds = recorder.of("a")
+    assert ("attempt_succeeded", 1) not in kinds and ("attempt_failed", 1) not in kinds
+    if kinds:  # the attempt may have begun before the cancellation reached the run
+        assert kinds[:2] == [("attempt_started", 1), ("attempt_cancelled", 1)]
+    assert released == (["a"] if kinds else [])

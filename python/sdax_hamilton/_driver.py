@@ -26,6 +26,10 @@ cancellation. Sync functions are called directly on the loop thread. Everything 
 tasks wrapped so that no exception (``KeyboardInterrupt`` included) ever escapes a task into
 the loop; their timeouts are timers cancelling the attempt's own task.
 
+A run that starts while its task already has a cancellation requested (``cancelling() > 0``:
+a cancellation pending at entry, or a caller running the plan while handling its own
+cancellation) awaits no attempt inline, so that cancellation is always the caller's.
+
 Known limit of inline attempts: the caller's task *is* the attempt's task, so a second caller
 cancellation (or one arriving while the attempt drains its own timeout) is delivered into the
 attempt too, where a task attempt would be cancelled only once. Attempts that let the first
@@ -212,6 +216,7 @@ class _RunContext:
         "_events",
         "_fresh",
         "_inline_attempt",
+        "_inline_ok",
         "_inline_timer",
         "_inline_when",
         "_instant",
@@ -280,6 +285,11 @@ class _RunContext:
         if task is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
         self._task = task
+        # A cancellation already requested of the caller's task (pending, or being handled
+        # while the caller runs this plan) cannot be told apart from a node's own by count
+        # inside an inline attempt: such a run awaits every attempt as a task, so a pending
+        # cancellation lands on the coordinator's wait and is the caller's.
+        self._inline_ok = task.cancelling() == 0
         self._running: list[_Attempt | None] = [None] * (2 * n)
         self._sleeps: list[asyncio.TimerHandle | None] = [None] * (2 * n)
         self._kwargs: list[dict[str, Any] | None] = [None] * n
@@ -373,6 +383,7 @@ class _RunContext:
             if fresh:
                 if (
                     not shutdown
+                    and self._inline_ok
                     and len(fresh) == 1
                     and self._live == 0
                     and not fresh[0].cancelled
