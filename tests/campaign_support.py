@@ -50,7 +50,12 @@ OVERRUN = 30.0
 """How long an overrunning attempt sleeps: far beyond any timeout of the campaign."""
 KNOWN_BUGS: frozenset[str] = frozenset(
     name
-    for name in ("selfcancel-drained", "inline-repeated-cancel", "broken-notes-primary")
+    for name in (
+        "selfcancel-drained",
+        "inline-repeated-cancel",
+        "broken-notes-primary",
+        "pending-cancel-inline",
+    )
     if not __import__("os").environ.get("SDAX_CAMPAIGN_STRICT")
 )
 """Rules relaxed for bugs reported but not fixed yet (``SDAX_CAMPAIGN_STRICT=1`` enforces
@@ -60,7 +65,10 @@ first in the same batch), is taken for the drain of the abort and not reported.
 ``inline-repeated-cancel``: a lone node without timeout is awaited inline in the caller's
 task, so every further caller cancellation lands inside it (not "cancelled once").
 ``broken-notes-primary``: a primary whose ``__notes__`` is not a list is replaced by the
-TypeError ``add_note`` raises when diagnostics are attached."""
+TypeError ``add_note`` raises when diagnostics are attached.
+``pending-cancel-inline``: a caller cancellation already requested when the run starts and
+landing in a node awaited inline is taken for the node's own (BaseExceptionGroup) or, when
+the node swallows it, lost (a result is returned); the generator leaves that trigger out."""
 LATE_SLACK = 1.0
 """Generous slack (seconds) on upper time bounds: 2 shared cores, loaded machine."""
 EARLY_SLACK = 1e-4
@@ -253,7 +261,8 @@ class Scenario:
     check_outputs: bool
     input_value: int
     cancel_at: tuple[float, ...] = ()
-    """Seconds after the run starts at which a timer cancels the caller's task."""
+    """Seconds after the run starts at which a timer cancels the caller's task; ``PENDING``
+    (-1): the caller's task cancels itself just before calling the run."""
 
     def describe(self) -> str:
         lines = [
@@ -726,6 +735,12 @@ def compile_scenario(scenario: Scenario) -> Compiled:
 
 async def _caller(compiled: Compiled, state: RunState) -> None:
     plan = compiled.plan
+    if PENDING in compiled.scenario.cancel_at:
+        # a cancellation already requested when the run starts (the task cancels itself)
+        rec = CancelRec(msg=f"caller-cancel-{len(state.cancels)}", issuer="pending at entry")
+        state.cancels.append(rec)
+        rec.seq = state.seq()
+        rec.delivered = asyncio.current_task().cancel(rec.msg)  # type: ignore[union-attr]
     try:
         if compiled.scenario.mode == "execute":
             result: Any = await plan.execute(inputs=compiled.inputs)
@@ -760,7 +775,7 @@ async def run_once(compiled: Compiled, concurrent: int = 1) -> list[RunState]:
         context.run(CURRENT_RUN.set, state)
         task = loop.create_task(_caller(compiled, state), context=context)
         state.caller = task
-        timers += [state.cancel_later(delay) for delay in compiled.scenario.cancel_at]
+        timers += [state.cancel_later(delay) for delay in compiled.scenario.cancel_at if delay >= 0]
         states.append(state)
         tasks.append(task)
     await asyncio.wait(tasks)
@@ -1159,15 +1174,31 @@ def _check(compiled: Compiled, state: RunState) -> list[str]:
     outcome_seq = state.outcome_seq if state.outcome_seq is not None else 10**9
     delivered = [c for c in state.cancels if c.delivered]
     late = [c for c in delivered if c.seq > outcome_seq]
-    if bool(late) != bool(state.late):
+    # A cancellation pending at entry reaches the runtime only if the run ever suspends; if
+    # it never does, the caller catches it afterwards (merged with any later request).
+    saw_cancel = isinstance(state.outcome, asyncio.CancelledError) or (
+        isinstance(state.outcome, BaseExceptionGroup)
+        and any(
+            isinstance(leaf, asyncio.CancelledError) and leaf.args[:1] != ("self-cancel",)
+            for leaf in state.outcome.exceptions
+        )
+    )
+    pending_late = [
+        c
+        for c in delivered
+        if c.issuer == "pending at entry" and state.late and not saw_cancel and body is None
+    ]
+    if bool(late) != bool(state.late) and not pending_late:
         errors.append(f"late cancellations {late} vs caught after the run {state.late}")
-    runtime_cancels = [c for c in delivered if c.seq < outcome_seq]
+    runtime_cancels = [c for c in delivered if c.seq < outcome_seq and c not in pending_late]
     body_cancels: list[CancelRec] = []
     if body is not None:
         body_cancels = [
             c
             for c in runtime_cancels
             if body.start_seq < c.seq < (body.end_seq if body.end_seq is not None else 10**9)
+            # pending at entry and the forward phase never suspended: it lands in the body
+            or (c.issuer == "pending at entry" and body.outcome == "cancelled")
         ]
         runtime_cancels = [c for c in runtime_cancels if c not in body_cancels]
         before_body = [c for c in runtime_cancels if c.seq < body.start_seq]
@@ -1177,8 +1208,9 @@ def _check(compiled: Compiled, state: RunState) -> list[str]:
             errors.append("a cancellation requested during the body did not reach the body")
     # A cancellation delivered at seq s reaches the caller's task at its next step, which
     # begins by throwing it in; whatever that task starts afterwards is started knowingly.
-    if runtime_cancels:
-        first = min(c.seq for c in runtime_cancels)
+    suspended_cancels = [c for c in runtime_cancels if c.issuer != "pending at entry"]
+    if suspended_cancels:
+        first = min(c.seq for c in suspended_cancels)
         for (role, idx), recs in state.attempts.items():
             for rec in recs:
                 if role == "node" and rec.in_caller and rec.start_seq > first:
@@ -1377,7 +1409,10 @@ DELAYS: tuple[float | None, ...] = (None, 0.0, 0.0005, 0.002)
 INITIAL_DELAYS = (0.0, 0.0005, 0.001, 0.002)
 BACKOFFS = (0.5, 1.0, 2.0)
 DRAINS = (0.0, 0.001, 0.003)
-CANCEL_TIMES = (0.0, 0.0005, 0.002, 0.005, 0.01, 0.02, 0.04)
+PENDING = -1.0
+CANCEL_TIMES = (0.0, 0.0005, 0.002, 0.005, 0.01, 0.02, 0.04) + (
+    () if "pending-cancel-inline" in KNOWN_BUGS else (PENDING,)
+)
 
 
 class Chooser:
