@@ -468,8 +468,27 @@ async def test_an_empty_sequence_means_no_observer() -> None:
     assert await run([Node("a", value(1))], ["a"], []) == {"a": 1}
 
 
-@pytest.mark.parametrize("bad", ["print", 5, [print, "print"], {"observer": print}, (None,)])
-def test_an_observer_must_be_a_callable_or_a_list_or_tuple_of_them(bad: object) -> None:
+async def test_any_sequence_of_observers_is_accepted() -> None:
+    recorder = Recorder()
+
+    class Observers(Sequence[Observer]):
+        def __init__(self, *items: Observer) -> None:
+            self.items = items
+
+        def __getitem__(self, index: Any) -> Any:
+            return self.items[index]
+
+        def __len__(self) -> int:
+            return len(self.items)
+
+    assert await run([Node("a", value(1))], ["a"], Observers(recorder)) == {"a": 1}
+    assert recorder.kinds()[0] == "run_started"
+
+
+@pytest.mark.parametrize(
+    "bad", ["print", b"print", 5, [print, "print"], {"observer": print}, {print}, (None,)]
+)
+def test_an_observer_must_be_a_callable_or_a_sequence_of_them(bad: object) -> None:
     with pytest.raises(TypeError, match="observer must be a callable"):
         observed([Node("a", value(1))], ["a"], bad)
 

@@ -157,7 +157,7 @@ def open_run(
 
     ``values`` is the run's fresh value table; node outputs are stored into it. The body
     receives a fresh ``{name: values[name] for name in outputs}``. ``observer``: ``None``, a
-    callable taking one ``RunEvent``, or a list/tuple of them (``TypeError`` otherwise).
+    callable taking one ``RunEvent``, or a sequence of them (``TypeError`` otherwise).
 
     The test-mode context variables are read here, when the run is opened: a
     ``JITTER_SEED`` replaces ``seed``; ``INSTANT_RETRIES`` makes every retry wait 0.

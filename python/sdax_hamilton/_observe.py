@@ -12,7 +12,7 @@ the report keeps exception *type* names only.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, TypeAlias
@@ -110,16 +110,16 @@ def observers_of(observer: object) -> tuple[Observer, ...] | None:
         return None
     if callable(observer):
         return (observer,)
-    if isinstance(observer, (list, tuple)):
+    if isinstance(observer, Sequence) and not isinstance(observer, (str, bytes, bytearray)):
         for item in observer:
             if not callable(item):
                 raise TypeError(
-                    "observer must be a callable or a list/tuple of callables, "
+                    "observer must be a callable or a sequence of callables, "
                     f"got a {type(observer).__name__} containing {type(item).__name__}"
                 )
         return tuple(observer) or None
     raise TypeError(
-        f"observer must be a callable or a list/tuple of callables, not {type(observer).__name__}"
+        f"observer must be a callable or a sequence of callables, not {type(observer).__name__}"
     )
 
 

@@ -145,7 +145,7 @@ class PreparedPlan:
         """Run the plan and keep its resources alive through the ``async with`` body.
 
         The body receives ``{output: value}``; every release runs after the body exits,
-        also when it raises or is cancelled. ``observer`` (a callable, or a list/tuple of
+        also when it raises or is cancelled. ``observer`` (a callable, or a sequence of
         them) receives a ``RunEvent`` for each step of the run.
         """
         values = self._values(inputs, overrides)
