@@ -414,7 +414,7 @@ class RunState:
         self.late: list[BaseException] = []
         self.raised: list[BaseException] = []
         """Every exception object the harness raised (identity registry)."""
-        self.log_messages: list[str] = []
+        self.log_messages: list[tuple[int, str]] = []
         self.problems: list[str] = []
         """Harness-side violations observed during the run."""
 
@@ -663,10 +663,10 @@ class Harness:
 class _LogCapture(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.messages: list[str] = []
+        self.messages: list[tuple[int, str]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        self.messages.append((record.levelno, record.getMessage()))
 
 
 @contextlib.contextmanager
@@ -858,6 +858,10 @@ class Expect:
     required: bool
     obj: BaseException | None = None
     matched: bool = False
+    attempts: int | None = None
+    """Attempts made, which the failure's note must state (None: not checked)."""
+    leaf: BaseException | None = None
+    """The failure that matched."""
 
 
 def _final_success(rec: AttemptRec, check_outputs: bool) -> bool:
@@ -1021,20 +1025,26 @@ def _check(compiled: Compiled, state: RunState) -> list[str]:
         if last.outcome == "raise":
             assert last.exc is not None
             if final or not is_retryable(last.exc, retryable):
-                expects.append(Expect("obj", "node", idx, required=True, obj=last.exc))
+                expects.append(
+                    Expect("obj", "node", idx, required=True, obj=last.exc, attempts=len(recs))
+                )
             else:
                 # raised while the run aborted: may be kept as a diagnostic of the drain
-                expects.append(Expect("obj", "node", idx, required=False, obj=last.exc))
+                expects.append(
+                    Expect("obj", "node", idx, required=False, obj=last.exc, attempts=len(recs))
+                )
             incomplete.append(node.name)
         elif last.outcome == "selfcancel":
             required = "selfcancel-drained" not in KNOWN_BUGS
-            expects.append(Expect("obj", "node", idx, required=required, obj=last.exc))
+            expects.append(
+                Expect("obj", "node", idx, required=required, obj=last.exc, attempts=len(recs))
+            )
             incomplete.append(node.name)
         elif last.outcome == "cancelled":
             if node.policy.timeout is not None and (
                 final or not is_retryable(TimeoutError(), retryable)
             ):
-                expects.append(Expect("timeout", "node", idx, required=False))
+                expects.append(Expect("timeout", "node", idx, required=False, attempts=len(recs)))
             if node.policy.timeout is None:
                 any_cancelled_by_runtime = True
             incomplete.append(node.name)
@@ -1042,7 +1052,7 @@ def _check(compiled: Compiled, state: RunState) -> list[str]:
             if check_outputs and last.value == BAD_VALUE:
                 # optional: a value returned while the run was already aborting is drained
                 # (the liveness rule below still demands it when nothing else failed)
-                expects.append(Expect("output", "node", idx, required=False))
+                expects.append(Expect("output", "node", idx, required=False, attempts=len(recs)))
                 incomplete.append(node.name)
             if last.number < len(recs) - 1:
                 errors.append(f"{node.name}: attempts after a success")
@@ -1137,20 +1147,24 @@ def _check(compiled: Compiled, state: RunState) -> list[str]:
         if last.outcome == "raise":
             assert last.exc is not None
             if final or not is_retryable(last.exc, retryable):
-                expects.append(Expect("obj", "release", idx, required=True, obj=last.exc))
+                expects.append(
+                    Expect("obj", "release", idx, required=True, obj=last.exc, attempts=len(recs))
+                )
             else:
                 errors.append(f"release of {node.name}: retryable failure was not retried")
         elif last.outcome == "selfcancel":
-            expects.append(Expect("obj", "release", idx, required=True, obj=last.exc))
+            expects.append(
+                Expect("obj", "release", idx, required=True, obj=last.exc, attempts=len(recs))
+            )
         elif last.outcome == "cancelled":
             if policy.timeout is None:
                 errors.append(f"release of {node.name} was cancelled (releases are shielded)")
             elif final or not is_retryable(TimeoutError(), retryable):
-                expects.append(Expect("timeout", "release", idx, required=True))
+                expects.append(Expect("timeout", "release", idx, required=True, attempts=len(recs)))
             else:
                 errors.append(f"release of {node.name}: timeout was not retried")
         elif last.outcome == "retval":
-            expects.append(Expect("result", "release", idx, required=True))
+            expects.append(Expect("result", "release", idx, required=True, attempts=len(recs)))
         if policy.timeout is not None and node.release_style == "async":
             for rec in recs:
                 if rec.outcome in ("cancelled", "swallowed") and rec.end_t is not None:
@@ -1316,9 +1330,35 @@ def _check(compiled: Compiled, state: RunState) -> list[str]:
             errors.append(f"result {state.result!r} != expected {expected_result!r}")
     if body is not None and expected_result is not None and state.body_values != expected_result:
         errors.append(f"body values {state.body_values!r} != {expected_result!r}")
-    for message in state.log_messages:
-        if BAD_VALUE in message:
-            errors.append(f"a log message shows a graph value: {message!r}")
+    # SPEC 9: logs name nodes, never values (nor exception messages, which may hold them);
+    # retries are WARNINGs and failures ERRORs naming the node
+    for _level, message in state.log_messages:
+        if BAD_VALUE in message or "injected" in message:
+            errors.append(f"a log message shows a value or exception message: {message!r}")
+    for idx in sorted(active):
+        if len(state.records("node", idx)) > 1 and not any(
+            level == logging.WARNING and names_node(message, idx)
+            for level, message in state.log_messages
+        ):
+            errors.append(f"no WARNING names {node_name(idx)}, which was retried")
+    for expect in expects:
+        if expect.matched and expect.kind != "demoted":
+            if not any(
+                level == logging.ERROR and names_node(message, expect.idx)
+                for level, message in state.log_messages
+            ):
+                errors.append(f"no ERROR names {node_name(expect.idx)}, which failed")
+            if expect.attempts is not None and expect.leaf is not None:
+                notes = getattr(expect.leaf, "__notes__", None) or []
+                if not any(
+                    names_node(note, expect.idx)
+                    and re.search(rf"\b{expect.attempts} attempt", note)
+                    for note in notes
+                ):
+                    errors.append(
+                        f"failure of {expect.role} {node_name(expect.idx)} lacks a note with "
+                        f"its attempt count {expect.attempts}: {notes}"
+                    )
     return errors
 
 
@@ -1346,6 +1386,7 @@ def _match(leaf: BaseException, expects: list[Expect], raised_ids: set[int]) -> 
         if expect.kind in ("obj", "demoted"):
             if leaf is expect.obj:
                 expect.matched = True
+                expect.leaf = leaf
                 if expect.kind == "obj" and not _names_in_notes(leaf, expect.idx):
                     raise Violation(f"failure {leaf!r} lacks a note naming {node_name(expect.idx)}")
                 return True
@@ -1356,14 +1397,17 @@ def _match(leaf: BaseException, expects: list[Expect], raised_ids: set[int]) -> 
         if expect.kind == "timeout":
             if type(leaf) is TimeoutError and _names_in_notes(leaf, idx):
                 expect.matched = True
+                expect.leaf = leaf
                 return True
         elif expect.kind == "output":
             if type(leaf) is TypeError and f"Invalid output from {node_name(idx)}" in str(leaf):
                 expect.matched = True
+                expect.leaf = leaf
                 return True
         elif expect.kind == "input":
             if type(leaf) is TypeError and f"Invalid input for {node_name(idx)}." in str(leaf):
                 expect.matched = True
+                expect.leaf = leaf
                 return True
         elif expect.kind == "result":
             if (
@@ -1372,6 +1416,7 @@ def _match(leaf: BaseException, expects: list[Expect], raised_ids: set[int]) -> 
                 and names_node(str(leaf), idx)
             ):
                 expect.matched = True
+                expect.leaf = leaf
                 return True
     return False
 
