@@ -176,6 +176,9 @@ class Step:
     drain: float = 0.0
     cancel_caller: bool = False
     """Ask (``loop.call_soon``) for the caller's task to be cancelled at the attempt start."""
+    cancel_at_end: bool = False
+    """Ask for the caller's cancellation as the attempt ends (the cancellation and the
+    attempt's outcome reach the runtime in the same loop iteration)."""
 
     def __repr__(self) -> str:
         parts = [self.kind]
@@ -187,6 +190,8 @@ class Step:
             parts.append(f"{self.reaction}({self.drain})")
         if self.cancel_caller:
             parts.append("CANCEL-CALLER")
+        if self.cancel_at_end:
+            parts.append("CANCEL-CALLER-AT-END")
         return "<" + " ".join(parts) + ">"
 
 
@@ -554,11 +559,13 @@ class Harness:
             rec.returned = True
             rec.value = value
             return value
+        if step.cancel_at_end:
+            state.request_cancel(f"{rec.role}:{node_name(rec.idx)}#{rec.number}:end")
         return self._act(rec, step, value)
 
     def _sync_attempt(self, rec: AttemptRec, step: Step, value: Any) -> Any:
         state = self._state()
-        if step.cancel_caller:
+        if step.cancel_caller or step.cancel_at_end:
             state.request_cancel(f"{rec.role}:{node_name(rec.idx)}#{rec.number}")
         return self._act(rec, step, value)
 
@@ -1513,6 +1520,7 @@ def gen_step(
         reaction=ch.choice(("propagate", "slow", "swallow")) if is_async else "propagate",
         drain=ch.choice(DRAINS),
         cancel_caller=ch.percent(cancel_rate),
+        cancel_at_end=ch.percent(cancel_rate),
     )
 
 

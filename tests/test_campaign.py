@@ -260,6 +260,26 @@ def test_timed_caller_cancellation_during_a_retry_wait() -> None:
     assert state.outcome.args == ("caller-cancel-0",)
 
 
+@pytest.mark.parametrize("inline", [True, False])
+def test_cancellation_arriving_with_a_retryable_failure_starts_no_retry(inline: bool) -> None:
+    """DESIGN's wait_for race: the caller's cancellation and a retryable failure reach the
+    runtime in the same loop iteration; no further attempt may start."""
+    policy = PolicyDef(retries=3, initial_delay=0.0, retryable=0)
+    failing = Step(kind="raise", exc="conn", delay=0.001, cancel_at_end=True)
+    others = () if inline else (node(1, default=Step(delay=0.02)),)
+    (state,) = run_and_check(
+        scenario(
+            node(0, policy=policy, steps=(failing, failing, failing, failing)),
+            *others,
+            node(2, (0,) if inline else (0, 1)),
+            outputs=(2,),
+        )
+    )
+    assert len(state.attempts[("node", 0)]) == 1
+    assert type(state.outcome) is asyncio.CancelledError
+    assert state.outcome.args == ("caller-cancel-0",)
+
+
 def test_the_checker_rejects_a_broken_log() -> None:
     """The campaign can fail: a log with a release that ran twice is refused."""
     built = scenario(node(0, owned=True), node(1, (0,)), outputs=(1,))
