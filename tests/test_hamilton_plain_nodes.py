@@ -56,19 +56,30 @@ async def coroutine(a: int, b: int = 3) -> int:
 
 def returns_none(a: int) -> None:
     return None
+
+
+def with_locals(a: int, b: int = 1, *, c: int = 2) -> int:
+    total = a + b + c
+    return total
 '''
 
 
-def _params_by_inspect(fn: Any) -> tuple[tuple[str, Any, Any], ...]:
-    return tuple(
-        (param.name, param.kind, param.default)
-        for param in inspect.signature(fn).parameters.values()
-    )
+def _params_by_inspect(fn: Any) -> list[tuple[str, Any]]:
+    return [(param.name, param.default) for param in inspect.signature(fn).parameters.values()]
 
 
-def _same_params(found: Any, expected: Any) -> bool:
+def _params_by_code(fn: Any) -> list[tuple[str, Any]]:
+    found = _code_params(fn)
+    assert found is not None
+    names, defaults = found
+    if defaults is None:
+        return [(name, inspect.Parameter.empty) for name in names]
+    return list(zip(names, defaults, strict=True))
+
+
+def _same_params(found: list[tuple[str, Any]], expected: list[tuple[str, Any]]) -> bool:
     return len(found) == len(expected) and all(
-        a[0] == b[0] and a[1] == b[1] and a[2] is b[2] for a, b in zip(found, expected, strict=True)
+        a[0] == b[0] and a[1] is b[1] for a, b in zip(found, expected, strict=True)
     )
 
 
@@ -95,7 +106,7 @@ def test_plain_nodes_equal_hamilton_resolution(make_module: Any, future_annotati
     translator = _Translator((mod,), {})
     translator.discover()
     translator.check_declarations()
-    assert len(translator.roots) == 8
+    assert len(translator.roots) == 9
     for fn in translator.roots:
         (item,) = translator._resolve(fn, {}, ())
         assert item.private, fn.__name__  # the shortcut was taken
@@ -117,9 +128,9 @@ def test_code_params_equal_inspect_signature(make_module: Any) -> None:
     for name in dir(mod):
         fn = getattr(mod, name)
         if inspect.isfunction(fn):
-            assert _same_params(_code_params(fn), _params_by_inspect(fn)), name
+            assert _same_params(_params_by_code(fn), _params_by_inspect(fn)), name
             checked += 1
-    assert checked == 8
+    assert checked == 9
 
 
 def _variadic(*args: int) -> int:
@@ -233,3 +244,34 @@ def test_extra_annotations_leave_node_roles_to_hamilton(make_module: Any) -> Non
     )
     with pytest.raises(ValueError, match="role COLLECT"):
         Driver(mod)
+
+
+RELEASE_SHAPES = [
+    "def r(a): pass",
+    "def r(a, /): pass",
+    "def r(a=None): pass",
+    "def r(*, a): pass",
+    "def r(a, b): pass",
+    "def r(): pass",
+    "def r(*a): pass",
+    "def r(**a): pass",
+    "def r(a, *, b=1): pass",
+    "def r(a):\n    local = a\n    return local",
+]
+
+
+@pytest.mark.parametrize("source", RELEASE_SHAPES)
+def test_release_parameter_equals_the_signature_rule(source: str) -> None:
+    namespace: dict[str, Any] = {}
+    exec(source, namespace)
+    release = namespace["r"]
+    params = list(inspect.signature(release).parameters.values())
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    expected = (
+        params[0].name
+        if len(params) == 1
+        and params[0].kind in positional
+        and params[0].default is inspect.Parameter.empty
+        else None
+    )
+    assert _Translator._release_parameter(release) == expected

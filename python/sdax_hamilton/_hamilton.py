@@ -74,12 +74,24 @@ _STATIC = "static"  # literal value node (subdag inputs/config): no inputs, noth
 # --------------------------------------------------------------------------------------------
 
 
+_FOUND_VERSION: list[str] = []  # the distribution's version, once read
+
+
 def _installed_hamilton_version() -> str:
-    """The installed ``apache-hamilton`` version string (``"unknown"`` if undeterminable)."""
+    """The installed ``apache-hamilton`` version string (``"unknown"`` if undeterminable).
+
+    The distribution metadata is read once per process (about 0.3 ms a read): the Hamilton
+    this process has imported cannot change afterwards.
+    """
+    if _FOUND_VERSION:
+        return _FOUND_VERSION[0]
     try:
-        return importlib.metadata.version("apache-hamilton")
+        found = importlib.metadata.version("apache-hamilton")
     except importlib.metadata.PackageNotFoundError:
         pass
+    else:
+        _FOUND_VERSION.append(found)
+        return found
     try:
         from hamilton import version as hamilton_version  # type: ignore[import-untyped, unused-ignore]
 
@@ -371,11 +383,12 @@ _SIGNATURE_ATTRIBUTES = frozenset(
 # node creation (``Node.from_fn``): the lifecycle lists and ``config``'s marker.
 _RESOLUTION_ATTRIBUTES = frozenset({*_LIFECYCLE, "__config_decorated__"})
 
-_Param = tuple[str, Any, Any]
-"""(name, ``inspect.Parameter`` kind, default or ``inspect.Parameter.empty``)."""
+_Params = tuple[tuple[str, ...], tuple[Any, ...] | None]
+"""Parameter names, and their defaults (``inspect.Parameter.empty`` for none) or ``None``
+when no parameter has a default."""
 
 
-def _code_params(fn: FunctionType) -> tuple[_Param, ...] | None:
+def _code_params(fn: FunctionType) -> _Params | None:
     """The parameters ``inspect.signature(fn)`` would report, read straight off the code
     object, when that is exactly equivalent and every parameter is positional-or-keyword or
     keyword-only; ``None`` otherwise (the caller then asks ``inspect.signature``).
@@ -389,34 +402,42 @@ def _code_params(fn: FunctionType) -> tuple[_Param, ...] | None:
     code = fn.__code__
     if code.co_flags & _VARIADIC_FLAGS or code.co_posonlyargcount:
         return None
-    names = code.co_varnames
     count = code.co_argcount
-    defaults = fn.__defaults__ or ()
-    first_default = count - len(defaults)
+    total = count + code.co_kwonlyargcount
+    names = code.co_varnames  # parameters first, then other locals
+    if len(names) != total:
+        names = names[:total]
+    defaults = fn.__defaults__
+    kwdefaults = fn.__kwdefaults__
+    if not defaults and not kwdefaults:
+        return names, None
+    positional = defaults or ()
+    first_default = count - len(positional)
     if first_default < 0:
         return None
-    params: list[_Param] = [
-        (
-            names[index],
-            _POSITIONAL_OR_KEYWORD,
-            defaults[index - first_default] if index >= first_default else _EMPTY,
-        )
-        for index in range(count)
-    ]
-    keyword_only = names[count : count + code.co_kwonlyargcount]
-    if keyword_only:
-        kwdefaults = fn.__kwdefaults__
-        for name in keyword_only:
-            default = kwdefaults.get(name, _EMPTY) if kwdefaults is not None else _EMPTY
-            params.append((name, _KEYWORD_ONLY, default))
-    return tuple(params)
+    values: list[Any] = [_EMPTY] * first_default
+    values.extend(positional)
+    for name in names[count:]:
+        values.append(kwdefaults.get(name, _EMPTY) if kwdefaults is not None else _EMPTY)
+    return names, tuple(values)
 
 
-def _signature_params(fn: FunctionType) -> tuple[_Param, ...]:
-    return tuple(
-        (param.name, param.kind, param.default)
-        for param in inspect.signature(fn).parameters.values()
-    )
+def _signature_params(fn: FunctionType, origin: str) -> _Params:
+    """``inspect.signature``'s parameters, refusing kinds other than positional-or-keyword
+    and keyword-only (SPEC 5.4)."""
+    names: list[str] = []
+    defaults: list[Any] = []
+    params = inspect.signature(fn).parameters.values()
+    for param in params:
+        if param.kind not in _ALLOWED_KINDS:
+            raise TypeError(
+                f"{origin}.{param.name}: parameter kind {param.kind.description} is not "
+                "supported (use positional-or-keyword or keyword-only parameters)"
+            )
+    for param in params:
+        names.append(param.name)
+        defaults.append(param.default)
+    return tuple(names), tuple(defaults)
 
 
 @dataclass(slots=True)
@@ -424,7 +445,10 @@ class _Facts:
     """What one build learns about a declaration's signature, computed once and shared by
     the declaration checks and node creation."""
 
-    params: tuple[_Param, ...]
+    fn: FunctionType
+    names: tuple[str, ...]
+    defaults: tuple[Any, ...] | None
+    """Per name: the default or ``inspect.Parameter.empty``; ``None``: no defaults at all."""
     hints: dict[str, Any]
     plain: bool
     """No Hamilton decorator and a signature read off the code object: the node Hamilton's
@@ -436,7 +460,8 @@ def _clone(fn: FunctionType) -> FunctionType:
     shallow-copied modifier objects, so resolution cannot mutate the user's objects."""
     new = FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
     new.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ is not None else None
-    new.__dict__.update(fn.__dict__)
+    if fn.__dict__:
+        new.__dict__.update(fn.__dict__)
     for lifecycle in _LIFECYCLE:
         modifiers = fn.__dict__.get(lifecycle)
         if isinstance(modifiers, list):
@@ -461,21 +486,26 @@ def _plain_node(clone: FunctionType, facts: _Facts) -> Any | None:
     ``tests/test_hamilton_plain_nodes.py`` compares the two constructions field by field.
     """
     hints = facts.hints
+    names = facts.names
     module = sys.modules.get(clone.__module__)  # inspect.getmodule of a function
-    if module is None or len(hints) != len(facts.params) + 1:
+    if module is None or len(hints) != len(names) + 1:
         # Hamilton would fail on the module, or derives the node role from extra hints.
         return None
     node_module = _hamilton_node()
     required = node_module.DependencyType.REQUIRED
-    optional = node_module.DependencyType.OPTIONAL
     input_types: dict[str, tuple[Any, Any]] = {}
     defaults: dict[str, Any] = {}
-    for name, _kind, default in facts.params:
-        if default is _EMPTY:
+    if facts.defaults is None:
+        for name in names:
             input_types[name] = (hints[name], required)
-        else:
-            input_types[name] = (hints[name], optional)
-            defaults[name] = default
+    else:
+        optional = node_module.DependencyType.OPTIONAL
+        for name, default in zip(names, facts.defaults, strict=True):
+            if default is _EMPTY:
+                input_types[name] = (hints[name], required)
+            else:
+                input_types[name] = (hints[name], optional)
+                defaults[name] = default
     return node_module.Node(
         clone.__name__,
         hints["return"],
@@ -631,8 +661,11 @@ class _Translator:
         self.roots: list[FunctionType] = []
         self.declarations: list[FunctionType] = []  # roots + nested, in discovery order
         self.releases: list[FunctionType] = []
-        # id(fn) -> (fn, facts), for every function whose signature was checked in this build.
-        self.facts: dict[int, tuple[FunctionType, _Facts]] = {}
+        # id(fn) -> facts, for every function whose signature was checked in this build
+        # (dropped once every declaration has been resolved).
+        self.facts: dict[int, _Facts] = {}
+        # id(release) -> (release, T of its Acquisition[T]), for every checked release.
+        self.acquired: dict[int, tuple[FunctionType, Any]] = {}
 
     # ---------------------------------------------------------------- discovery (5.3)
 
@@ -738,27 +771,24 @@ class _Translator:
         params = _code_params(fn)
         plain = params is not None and not shape_from_resolve
         if params is None:
-            params = _signature_params(fn)
-            for name, kind, _default in params:
-                if kind not in _ALLOWED_KINDS:
-                    raise TypeError(
-                        f"{origin}.{name}: parameter kind {kind.description} is not "
-                        "supported (use positional-or-keyword or keyword-only parameters)"
-                    )
+            params = _signature_params(fn, origin)
+        names, defaults = params
         hints = _hints(fn)
-        for name, _kind, default in params:
+        for index, name in enumerate(names):
             if name not in hints:
                 raise TypeError(f"{origin}.{name}: missing type")
             hint = hints[name]
             validate_type(hint, where=f"{origin}.{name}")
-            if default is not _EMPTY and not accepts(default, hint):
-                raise TypeError(f"{origin}.{name}: invalid default for its annotation")
+            if defaults is not None:
+                default = defaults[index]
+                if default is not _EMPTY and not accepts(default, hint):
+                    raise TypeError(f"{origin}.{name}: invalid default for its annotation")
         if "return" not in hints:
             raise TypeError(f"{origin}: missing return type")
         if not shape_from_resolve:
             validate_type(hints["return"], where=f"{origin} return")
         plain = plain and _RESOLUTION_ATTRIBUTES.isdisjoint(fn.__dict__)
-        self.facts[id(fn)] = (fn, _Facts(params, hints, plain))
+        self.facts[id(fn)] = _Facts(fn, names, defaults, hints, plain)
 
     def _check_declaration(self, fn: FunctionType) -> None:
         if _LIFECYCLE_SET.isdisjoint(fn.__dict__):  # no Hamilton decorator: the common case
@@ -795,12 +825,38 @@ class _Translator:
         origin = _origin(release)
         if not isinstance(release, FunctionType):
             raise TypeError(f"Shutdown {origin} must be a Python function")
-        if inspect.isgeneratorfunction(release) or inspect.isasyncgenfunction(release):
+        if release.__code__.co_flags & _GENERATOR_FLAGS:  # inspect.isgeneratorfunction / …
             raise TypeError(f"Shutdown {origin}: generator functions cannot be releases")
         if any(True for _ in _modifiers(release)) or not _is_release(release):
             raise ValueError(
                 f"Shutdown {origin} cannot carry Hamilton decorators or an execution declaration"
             )
+        name = self._release_parameter(release)
+        if name is None:
+            raise TypeError(
+                f"Shutdown {origin} must take exactly one positional parameter without a "
+                "default (the Acquisition record)"
+            )
+        hints = _hints(release)
+        acquired = self._acquisition_type(release, hints.get(name, inspect.Parameter.empty))
+        if hints.get("return", inspect.Parameter.empty) is not type(None):
+            raise TypeError(f"Shutdown {origin} must be annotated to return None")
+        self.acquired[id(release)] = (release, acquired)
+
+    @staticmethod
+    def _release_parameter(release: FunctionType) -> str | None:
+        """The name of a release's only parameter, if it has exactly one, positional and
+        without a default (SPEC 5.5); ``None`` otherwise."""
+        found = _code_params(release)
+        if found is not None:  # no positional-only or variadic parameter
+            names, defaults = found
+            if (
+                len(names) == 1
+                and release.__code__.co_argcount == 1
+                and (defaults is None or defaults[0] is _EMPTY)
+            ):
+                return names[0]
+            return None
         params = list(inspect.signature(release).parameters.values())
         positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
         if (
@@ -808,14 +864,8 @@ class _Translator:
             or params[0].kind not in positional
             or params[0].default is not inspect.Parameter.empty
         ):
-            raise TypeError(
-                f"Shutdown {origin} must take exactly one positional parameter without a "
-                "default (the Acquisition record)"
-            )
-        hints = _hints(release)
-        self._acquisition_type(release, hints.get(params[0].name, inspect.Parameter.empty))
-        if hints.get("return", inspect.Parameter.empty) is not type(None):
-            raise TypeError(f"Shutdown {origin} must be annotated to return None")
+            return None
+        return params[0].name
 
     @staticmethod
     def _acquisition_type(release: FunctionType, hint: Any) -> Any:
@@ -839,9 +889,9 @@ class _Translator:
     ) -> list[_Generated]:
         """Expand one declaration with Hamilton's lifecycle, recording provenance."""
         clone = _clone(fn)
-        found = self.facts.get(id(fn))
-        if found is not None and found[0] is fn and found[1].plain:
-            node_ = _plain_node(clone, found[1])
+        facts = self.facts.get(id(fn))
+        if facts is not None and facts.fn is fn and facts.plain:
+            node_ = _plain_node(clone, facts)
             if node_ is not None:
                 return [_Generated(node_, _Prov(_CALL, fn, mount), True)]
         base = _fm("base")
@@ -1189,6 +1239,7 @@ class _Translator:
         from hamilton.node import NodeType  # type: ignore[import-untyped, unused-ignore]
 
         generated = self.resolve_all()
+        self.facts.clear()  # served node creation; free it before the specs are made
 
         standard = NodeType.STANDARD
         by_name: dict[str, _Generated] = {}
@@ -1338,12 +1389,17 @@ class _Translator:
                 ownership.update(name for name in names if by_name[name].prov.kind == _CALL)
             for shutdown in shutdowns:
                 release = shutdown.release
-                hints = _hints(release)
-                param = next(iter(inspect.signature(release).parameters))
+                checked = self.acquired.get(id(release))
+                if checked is not None and checked[0] is release:
+                    acquired = checked[1]
+                else:
+                    hints = _hints(release)
+                    param = next(iter(inspect.signature(release).parameters))
+                    acquired = self._acquisition_type(release, hints[param])
                 spec = ReleaseSpec(
                     call=release,
                     policy=shutdown.policy,
-                    acquisition_type=self._acquisition_type(release, hints[param]),
+                    acquisition_type=acquired,
                     origin=_origin(release),
                 )
                 for name in self._targets(fn, shutdown.target, mounts, by_name, io=False):
