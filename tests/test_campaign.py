@@ -2,9 +2,10 @@
 releases, injected faults and caller cancellations; every run checked against SPEC.
 
 Sizes: ``SDAX_CAMPAIGN_RUNS`` (default 3000) is the number of seeded runs; the Hypothesis
-part runs a tenth of that (shrinkable examples). ``SDAX_CAMPAIGN_SEED`` moves the seeded
-window. ``SDAX_CAMPAIGN_STRICT=1`` also enforces the rules relaxed for reported bugs
-(``campaign_support.KNOWN_BUGS``). Long campaign: ``SDAX_CAMPAIGN_RUNS=100000``.
+part runs a tenth of that (shrinkable examples; derandomized unless a size is given).
+``SDAX_CAMPAIGN_SEED`` moves the seeded window. ``SDAX_CAMPAIGN_STRICT=1`` also enforces the
+rules relaxed for reported bugs (``campaign_support.KNOWN_BUGS``). Long campaign:
+``SDAX_CAMPAIGN_RUNS=100000``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from sdax_hamilton import Driver, ExecutionError, _core, failures
 RUNS = int(os.environ.get("SDAX_CAMPAIGN_RUNS", "3000"))
 SEED = int(os.environ.get("SDAX_CAMPAIGN_SEED", "0"))
 RUNS_PER_SCENARIO = 2
+DERANDOMIZE = "SDAX_CAMPAIGN_RUNS" not in os.environ
+"""CI (no size given) replays the same Hypothesis examples; a sized campaign explores."""
 
 
 def test_seeded_campaign() -> None:
@@ -76,6 +79,7 @@ def test_seeded_campaign_concurrent_runs_of_one_plan() -> None:
 
 @settings(
     max_examples=max(1, RUNS // 10),
+    derandomize=DERANDOMIZE,
     deadline=None,
     database=None,
     suppress_health_check=list(HealthCheck),
@@ -641,7 +645,7 @@ EVENT_METHODS = (
 )
 
 
-@settings(max_examples=max(50, RUNS // 10), deadline=None, database=None)
+@settings(max_examples=max(50, RUNS // 10), derandomize=DERANDOMIZE, deadline=None, database=None)
 @given(
     nodes=st.lists(_node_strategy(), max_size=8),
     finals=st.one_of(st.lists(st.sampled_from((*NAMES, "zz")), max_size=3), GARBAGE),
@@ -720,7 +724,7 @@ def _dags(draw: st.DrawFn) -> list[_Spec]:
     return specs
 
 
-@settings(max_examples=max(50, RUNS // 10), deadline=None, database=None)
+@settings(max_examples=max(50, RUNS // 10), derandomize=DERANDOMIZE, deadline=None, database=None)
 @given(specs=_dags(), data=st.data())
 def test_core_run_under_arbitrary_legal_event_orders(specs: list[_Spec], data: Any) -> None:
     """A well-behaved driver reporting events in any legal order: the core's commands obey
