@@ -1047,6 +1047,30 @@ case(
 )(lambda make: run(Driver(make(RESOURCE)).prepare(["conn"]).execute()))
 
 
+@case(
+    "execute-borrowing-output",
+    ValueError,
+    "Use open() to access resource outputs within their lifetime",
+    "left",
+)
+def _(make: Maker) -> object:
+    plan = Driver(
+        make(
+            """
+            @extract_fields({"left": int, "right": int})
+            def pair(x: int) -> dict:
+                RAN.append("pair")
+                return {"left": x, "right": x}
+
+            @shutdown(of=pair)
+            def close_pair(acquired: Acquisition[dict]) -> None:
+                RAN.append("close_pair")
+            """
+        )
+    ).prepare(["left"])
+    return run(plan.execute(inputs={"x": 1}))
+
+
 async def _enter(context: Any) -> None:
     async with context:
         raise AssertionError("the body must not run")
