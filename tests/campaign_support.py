@@ -944,6 +944,11 @@ def _check(compiled: Compiled, state: RunState) -> list[str]:
                 )
             if rec.end_seq is None:
                 errors.append(f"{role} {node_name(idx)} attempt {rec.number} never ended")
+            elif state.outcome_seq is not None and rec.end_seq > state.outcome_seq:
+                errors.append(
+                    f"{role} {node_name(idx)} attempt {rec.number} ended after the run "
+                    "returned to its caller (SPEC 7.3/7.10: results after every release)"
+                )
             if rec.outcome == "closed":
                 errors.append(
                     f"{role} {node_name(idx)} attempt {rec.number} was closed/abandoned "
