@@ -275,3 +275,36 @@ def test_release_parameter_equals_the_signature_rule(source: str) -> None:
         else None
     )
     assert _Translator._release_parameter(release) == expected
+
+
+def test_building_a_driver_leaves_no_reference_cycles(make_module: Any) -> None:
+    # The build's intermediate objects (translator, Hamilton nodes and the links of Hamilton's
+    # edge check) are freed by reference counting, not left to the garbage collector.
+    import gc
+
+    mod = make_module(
+        """
+        from sdax_hamilton import Acquisition, execution, shutdown
+
+        def a(x: int, y: int = 2) -> int:
+            return x + y
+
+        @execution(timeout=1.0)
+        async def b(a: int, *, z: str = "z") -> str:
+            return z * a
+
+        @shutdown(of=b)
+        def close_b(acquired: Acquisition[str]) -> None:
+            return None
+        """
+    )
+    Driver(mod)
+    gc.collect()
+    gc.disable()
+    try:
+        driver = Driver(mod)
+        assert sorted(driver._nodes) == ["a", "b"]
+        del driver
+        assert gc.collect() == 0
+    finally:
+        gc.enable()

@@ -690,29 +690,8 @@ class _Translator:
 
         reached: dict[int, FunctionType] = {}
         active: set[int] = set()
-
-        def visit(fn: FunctionType) -> None:
-            if id(fn) in active:
-                raise ValueError(f"Recursive subdag declaration cycle at {_origin(fn)}")
-            if id(fn) in reached:
-                return
-            active.add(id(fn))
-            reached[id(fn)] = fn
-            for child in self._nested(fn):
-                if _is_release(child):
-                    continue
-                if _is_excluded(child):
-                    if _shutdowns_of(child):
-                        raise ValueError(
-                            f"{_origin(child)} is excluded from the graph (hamilton_exclude) "
-                            "but owns a shutdown declaration"
-                        )
-                    continue
-                visit(child)
-            active.discard(id(fn))
-
         for root in self.roots:
-            visit(root)
+            self._visit(root, reached, active)
         self.declarations = list(reached.values())
 
         releases: dict[int, FunctionType] = {}
@@ -728,6 +707,27 @@ class _Translator:
                     "not a node of this Driver"
                 )
         self.releases = list(releases.values())
+
+    def _visit(self, fn: FunctionType, reached: dict[int, FunctionType], active: set[int]) -> None:
+        """Reach ``fn`` and, depth first, the declarations its subdags resolve."""
+        if id(fn) in active:
+            raise ValueError(f"Recursive subdag declaration cycle at {_origin(fn)}")
+        if id(fn) in reached:
+            return
+        active.add(id(fn))
+        reached[id(fn)] = fn
+        for child in self._nested(fn):
+            if _is_release(child):
+                continue
+            if _is_excluded(child):
+                if _shutdowns_of(child):
+                    raise ValueError(
+                        f"{_origin(child)} is excluded from the graph (hamilton_exclude) "
+                        "but owns a shutdown declaration"
+                    )
+                continue
+            self._visit(child, reached, active)
+        active.discard(id(fn))
 
     def _nested(self, fn: FunctionType) -> list[FunctionType]:
         """Functions a ``subdag``/``parameterized_subdag``/``with_columns`` resolves."""
