@@ -17,6 +17,8 @@ from sdax_hamilton import (
     ExecutionError,
     PreparedPlan,
     RetryableException,
+    RunEvent,
+    RunReport,
     execution,
     failures,
     shutdown,
@@ -84,6 +86,13 @@ async def plans(module: types.ModuleType) -> None:
     async with plan.open(inputs={"dsn": "sqlite://"}) as values:
         assert_type(values, dict[str, Any])
     assert_type(plan.to_dot(), str)
+
+    seen: list[RunEvent] = []
+    report = RunReport()
+    await plan.execute(inputs={"dsn": "sqlite://"}, observer=seen.append)
+    await plan.execute(inputs={"dsn": "sqlite://"}, observer=[report, seen.append])
+    assert_type(report.format(), str)
+    await plan.execute(inputs={"dsn": "sqlite://"}, observer=42)  # type: ignore[arg-type]
 
 
 def failure_types(error: BaseException) -> None:
