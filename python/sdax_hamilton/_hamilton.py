@@ -22,6 +22,11 @@ Decisions where SPEC is silent (see also the report in the commit history):
   therefore harmless.
 * A Hamilton ``OPTIONAL`` dependency without a recorded default (for example an optional
   ``load_from`` argument mapped to ``source(...)``) is an ordinary input without a default.
+* Compile cost (issue 4): a function without any Hamilton decorator is not put through
+  ``resolve_nodes``; its node is built directly (``_plain_node``) from the signature and
+  type hints the declaration checks computed, equal field by field to what Hamilton's
+  default lifecycle makes (``tests/test_hamilton_plain_nodes.py``). Signatures are read off
+  the code object when that is what ``inspect.signature`` would report.
 """
 
 from __future__ import annotations
