@@ -253,7 +253,9 @@ async def main(args: argparse.Namespace) -> int:
                 flush=True,
             )
             release.set()
-            await asyncio.gather(*tasks)
+            await asyncio.wait(tasks)  # not gather: its future keeps the tasks referenced
+            for task in tasks:
+                task.result()
             assert stats["released"] - released_before == 2 * args.concurrent
             del tasks
             points.append(
