@@ -54,7 +54,6 @@ KNOWN_BUGS: frozenset[str] = frozenset(
         "selfcancel-drained",
         "inline-repeated-cancel",
         "broken-notes-primary",
-        "pending-cancel-inline",
     )
     if not __import__("os").environ.get("SDAX_CAMPAIGN_STRICT")
 )
@@ -62,13 +61,11 @@ KNOWN_BUGS: frozenset[str] = frozenset(
 them). ``selfcancel-drained``: a node's own CancelledError, raised by an attempt that had
 already finished when the run aborted (another failure or the caller's cancellation handled
 first in the same batch), is taken for the drain of the abort and not reported.
-``inline-repeated-cancel``: a lone node without timeout is awaited inline in the caller's
-task, so every further caller cancellation lands inside it (not "cancelled once").
+``inline-repeated-cancel``: a lone ready node is awaited inline in the caller's task, so
+every further caller cancellation (or one arriving while it drains its own timeout) lands
+inside it, not "cancelled once" (documented as a known limit in ``_driver``).
 ``broken-notes-primary``: a primary whose ``__notes__`` is not a list is replaced by the
-TypeError ``add_note`` raises when diagnostics are attached.
-``pending-cancel-inline``: a caller cancellation already requested when the run starts and
-landing in a node awaited inline is taken for the node's own (BaseExceptionGroup) or, when
-the node swallows it, lost (a result is returned); the generator leaves that trigger out."""
+TypeError ``add_note`` raises when diagnostics are attached."""
 LATE_SLACK = 1.0
 """Generous slack (seconds) on upper time bounds: 2 shared cores, loaded machine."""
 EARLY_SLACK = 1e-4
@@ -1467,9 +1464,7 @@ INITIAL_DELAYS = (0.0, 0.0005, 0.001, 0.002)
 BACKOFFS = (0.5, 1.0, 2.0)
 DRAINS = (0.0, 0.001, 0.003)
 PENDING = -1.0
-CANCEL_TIMES = (0.0, 0.0005, 0.002, 0.005, 0.01, 0.02, 0.04) + (
-    () if "pending-cancel-inline" in KNOWN_BUGS else (PENDING,)
-)
+CANCEL_TIMES = (0.0, 0.0005, 0.002, 0.005, 0.01, 0.02, 0.04, PENDING)
 
 
 class Chooser:

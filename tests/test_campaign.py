@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from campaign_support import (
     KNOWN_BUGS,
+    PENDING,
     AttemptRec,
     CancelRec,
     NodeDef,
@@ -280,6 +281,29 @@ def test_cancellation_arriving_with_a_retryable_failure_starts_no_retry(inline: 
         )
     )
     assert len(state.attempts[("node", 0)]) == 1
+    assert type(state.outcome) is asyncio.CancelledError
+    assert state.outcome.args == ("caller-cancel-0",)
+
+
+@pytest.mark.parametrize("reaction", ["propagate", "slow", "swallow"])
+@pytest.mark.parametrize("timeout", [None, 1.0])
+def test_cancellation_pending_when_the_run_starts_is_the_callers(
+    reaction: str, timeout: float | None
+) -> None:
+    """The caller's task cancelled itself just before the run: whatever the lone node does
+    with that cancellation, the caller gets its own CancelledError (never a node
+    self-cancellation, never a result)."""
+    policy = PolicyDef(timeout=timeout) if timeout else DEFAULT_POLICY
+    built = Scenario(
+        nodes=(node(0, policy=policy, default=Step(delay=0.01, reaction=reaction, drain=0.002)),),
+        outputs=(0,),
+        mode="execute",
+        body=OK,
+        check_outputs=True,
+        input_value=1,
+        cancel_at=(PENDING,),
+    )
+    (state,) = run_and_check(built)
     assert type(state.outcome) is asyncio.CancelledError
     assert state.outcome.args == ("caller-cancel-0",)
 
