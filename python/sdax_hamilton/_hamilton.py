@@ -1223,18 +1223,8 @@ class _Translator:
 
             res.install(modifier, "inject_nodes", inject_nodes)
         if "transform_node" in dir(modifier):
-            original_transform = modifier.transform_node
-
-            def transform_node(node_: Any, config: dict[str, Any], fn: Any) -> Any:
-                source = res.role(node_.name)
-                out = list(original_transform(node_, config, fn))
-                for produced in out:
-                    res.roles[produced.name] = (
-                        source if produced.name == node_.name else res.made(_ALIAS)
-                    )
-                return out
-
-            res.install(modifier, "transform_node", transform_node)
+            # Same rule as extract_fields: the node keeps its role, new ones are aliases.
+            _Translator._intercept_extract(modifier, res)
 
     # ---------------------------------------------------------------- the node table
 
