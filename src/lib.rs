@@ -605,13 +605,15 @@ fn run_err(e: sdax_core::RunError) -> PyErr {
     PyRuntimeError::new_err(e.to_string())
 }
 
-/// Job ids from Python: any int; values outside i64 are simply unknown jobs.
-fn job_id(job: &Bound<'_, PyAny>) -> PyResult<i64> {
+/// Job ids from Python: any int; values outside i64 are unknown jobs, reported as given.
+fn job_id(job: &Bound<'_, PyAny>, event: &str) -> PyResult<i64> {
     match job.extract::<i64>() {
         Ok(j) => Ok(j),
         Err(e) => {
             if job.is_instance_of::<PyInt>() {
-                Ok(i64::MIN)
+                Err(PyRuntimeError::new_err(format!(
+                    "Run.{event}: {job} is not a job of this run"
+                )))
             } else {
                 Err(e)
             }
@@ -681,7 +683,7 @@ impl PyRun {
         job: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         self.core
-            .succeeded(job_id(job)?, &mut self.out)
+            .succeeded(job_id(job, "succeeded")?, &mut self.out)
             .map_err(run_err)?;
         self.commands(py)
     }
@@ -693,7 +695,7 @@ impl PyRun {
         retryable: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         self.core
-            .failed(job_id(job)?, retryable, &mut self.out)
+            .failed(job_id(job, "failed")?, retryable, &mut self.out)
             .map_err(run_err)?;
         self.commands(py)
     }
@@ -704,7 +706,7 @@ impl PyRun {
         job: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         self.core
-            .elapsed(job_id(job)?, &mut self.out)
+            .elapsed(job_id(job, "elapsed")?, &mut self.out)
             .map_err(run_err)?;
         self.commands(py)
     }
@@ -715,7 +717,7 @@ impl PyRun {
         job: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         self.core
-            .drained(job_id(job)?, &mut self.out)
+            .drained(job_id(job, "drained")?, &mut self.out)
             .map_err(run_err)?;
         self.commands(py)
     }
@@ -726,7 +728,7 @@ impl PyRun {
         job: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyList>> {
         self.core
-            .unstarted(job_id(job)?, &mut self.out)
+            .unstarted(job_id(job, "unstarted")?, &mut self.out)
             .map_err(run_err)?;
         self.commands(py)
     }
@@ -757,11 +759,13 @@ impl PyRun {
     }
 
     fn attempts(&self, job: &Bound<'_, PyAny>) -> PyResult<u32> {
-        self.core.attempts(job_id(job)?).map_err(run_err)
+        self.core
+            .attempts(job_id(job, "attempts")?)
+            .map_err(run_err)
     }
 
     fn started(&self, job: &Bound<'_, PyAny>) -> PyResult<bool> {
-        self.core.started(job_id(job)?).map_err(run_err)
+        self.core.started(job_id(job, "started")?).map_err(run_err)
     }
 
     fn succeeded_jobs(&self) -> Vec<u32> {

@@ -639,3 +639,13 @@ def test_empty_plan_finishes_at_once() -> None:
     assert run.pending == 0
     assert run.begin_shutdown() == []
     assert run.finished
+
+
+def test_out_of_range_job_ids_are_reported_as_given() -> None:
+    graph = _core.Graph([("a", [], [], _core.Policy(), None)])
+    run = _core.Run(graph.select(["a"]))
+    run.start()
+    with pytest.raises(RuntimeError, match=r"Run\.failed: 1180591620717411303424 is not a job"):
+        run.failed(2**70, True)
+    with pytest.raises(RuntimeError, match=r"Run\.attempts: -1180591620717411303424 is not"):
+        run.attempts(-(2**70))
