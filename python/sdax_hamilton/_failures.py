@@ -72,6 +72,11 @@ def attach_failures(primary: BaseException, items: Iterable[BaseException]) -> N
 
     De-duplicates by identity, skips ``primary`` itself, keeps the original objects, and adds
     :data:`DIAGNOSTICS_NOTE` once, only when something was attached.
+
+    Never raises: the primary is re-raised as the same object afterwards, so an exception
+    that refuses the note (its ``__notes__`` is not a list, or ``add_note`` is broken) keeps
+    its diagnostics without the note, and one whose ``__setattr__`` refuses the attribute
+    gets it stored past that ``__setattr__``.
     """
     current = failures(primary)
     seen = {id(item) for item in current}
@@ -85,8 +90,18 @@ def attach_failures(primary: BaseException, items: Iterable[BaseException]) -> N
         added.append(item)
     if not added:
         return
-    setattr(primary, _ATTRIBUTE, current + tuple(added))
-    add_note_once(primary, DIAGNOSTICS_NOTE)
+    collected = current + tuple(added)
+    try:
+        setattr(primary, _ATTRIBUTE, collected)
+    except Exception:  # a __setattr__ that refuses (e.g. a frozen dataclass exception)
+        try:
+            object.__setattr__(primary, _ATTRIBUTE, collected)
+        except Exception:  # pragma: no cover - every BaseException has a __dict__
+            return
+    try:
+        add_note_once(primary, DIAGNOSTICS_NOTE)
+    except Exception:  # __notes__ set to something that is not a list: skip the note
+        pass
 
 
 def failure_group(collected: Sequence[BaseException]) -> BaseException:
