@@ -198,16 +198,26 @@ class Mode:
         return [node, Node("companion", companion)], [node.name, "companion"]
 
     def check(self, runner: asyncio.Task[Any] | None = None) -> None:
-        """The node ran in the run's own task (inline) or in others; ``runner`` is the task
-        that awaited the run when it is not the current one."""
+        """The node ran inline in the run's forward task or in attempt tasks of its own,
+        never in the caller's task; ``runner`` is the task that awaited the run when it is
+        not the current one."""
         me = runner or asyncio.current_task()
         assert self.tasks, "the tested node never ran"
+        assert all(task is not None and task is not me for task in self.tasks)
+        coordinators = {coordinator_of(task) for task in self.tasks}
         if self.name == "inline":
-            assert all(task is me for task in self.tasks)
+            assert coordinators == {"_RunContext._forward"}
+            assert len(set(self.tasks)) == 1  # every attempt in the one forward task
         else:
-            assert all(task is not me for task in self.tasks)
+            assert coordinators == {"_RunContext._attempt_task"}
         if runner is None:
             assert me is not None and me.cancelling() == 0  # timeouts took their cancels back
+
+
+def coordinator_of(task: asyncio.Task[Any] | None) -> str:
+    """The qualified name of the coroutine a task runs (for telling the driver's tasks apart)."""
+    assert task is not None
+    return str(task.get_coro().__qualname__)  # type: ignore[union-attr]
 
 
 MODES = ["inline", "task"]

@@ -5,35 +5,47 @@ phase aborts, in which order releases run). This module decides nothing of that;
 commands into calls, tasks, timers and cancellations, reports what happened back to the
 core, and keeps the primary/secondary failure record of SPEC 7.9 / 7.11.
 
-Shape of one run (``open_run`` returns an async context manager):
+Shape of one run (``open_run`` returns an async context manager). Each phase's coordinator
+runs in a task of its own, one per phase and run (not per node); the caller's task only waits
+for it, shielded, so the caller's cancellations never land in a node or a release:
 
-* ``__aenter__``: the forward phase. The coordinator runs in the caller's task and waits on
-  one future that done-callbacks and timers wake up (events are queued in a deque). A
-  caller cancellation lands on that wait: it becomes the primary (once), the core aborts
-  the forward phase (running attempts are cancelled once, retry waits dropped), and the
-  coordinator keeps waiting until every attempt has drained; further cancellations are
-  absorbed. Then either the body gets the outputs, or cleanup runs and the failure is
-  raised.
-* ``__aexit__``: cleanup (the shutdown phase) always runs to completion, whatever the
-  caller's task receives meanwhile; then the primary is re-raised (same object, secondary
-  diagnostics attached) or, when there is none, an ``ExecutionError`` / ``BaseExceptionGroup``.
+* ``__aenter__``: the forward phase. Its coordinator (the *forward task*) carries out the
+  core's commands and waits on one future that done-callbacks and timers wake up (events
+  are queued in a deque). The caller waits on a future of its own. Its first cancellation
+  becomes the primary and is passed on to the forward task exactly once (``cancel()``),
+  where it lands either on the coordinator's wait or in the attempt awaited inline; the
+  core then aborts the forward phase (running attempts are cancelled once, retry waits
+  dropped) and the coordinator keeps going until every attempt has drained. Further
+  caller cancellations are absorbed (recorded per SPEC 7.9). Then either the body gets the
+  outputs, or cleanup runs and the failure is raised.
+* ``__aexit__``: cleanup. When a release is owed, the shutdown phase runs in a task of its
+  own too, to completion whatever the caller's task receives meanwhile (cancellations are
+  recorded, never passed on); then the primary is re-raised (same object, secondary
+  diagnostics attached) or, when there is none, an ``ExecutionError`` /
+  ``BaseExceptionGroup``.
 
 Hot path: a lone ready forward job (nothing else running or waiting to retry) is awaited
-inline in the coordinator, no task; its timeout, if any, is a timer cancelling the
-coordinator's task and taking the request back with ``uncancel()`` (the ``asyncio.timeout``
-technique), so a rise of ``Task.cancelling()`` not of our making is the caller's
-cancellation. Sync functions are called directly on the loop thread. Everything else runs as
-tasks wrapped so that no exception (``KeyboardInterrupt`` included) ever escapes a task into
-the loop; their timeouts are timers cancelling the attempt's own task.
+inline in the forward task, no task of its own; its timeout, if any, is a timer cancelling
+the forward task and taking the request back with ``uncancel()`` (the ``asyncio.timeout``
+technique). Only the caller's first cancellation (passed on by us) and our timers cancel
+the forward task, so a rise of its ``Task.cancelling()`` during an inline attempt tells
+exactly whether our cancellation reached the attempt. Sync functions are called directly,
+in the phase's task. Everything else runs as tasks wrapped so that no exception
+(``KeyboardInterrupt`` included) ever escapes a task into the loop; their timeouts are
+timers cancelling the attempt's own task. A caller cancellation arriving while an inline
+attempt drains its own timeout is not passed on (the attempt is already cancelled once);
+the coordinator aborts the run when the attempt has finished.
 
-A run that starts while its task already has a cancellation requested (``cancelling() > 0``:
-a cancellation pending at entry, or a caller running the plan while handling its own
-cancellation) awaits no attempt inline, so that cancellation is always the caller's.
+An attempt the core CANCELs may already have finished (its outcome queued in the same batch
+of events as the failure or cancellation that aborted the run). When it ended in a
+``CancelledError`` that no cancellation of ours reached (neither the abort nor its timeout),
+it cancelled itself: that is a failure of the run (SPEC 7.2), not the drain of the abort.
 
-Known limit of inline attempts: the caller's task *is* the attempt's task, so a second caller
-cancellation (or one arriving while the attempt drains its own timeout) is delivered into the
-attempt too, where a task attempt would be cancelled only once. Attempts that let the first
-cancellation out (the normal case) cannot tell the difference.
+Context variables: each phase's task runs in a copy of the caller's context (asyncio's
+default), and attempt tasks in copies of that. Nodes and releases therefore see the
+caller's context variables as they were when the phase began; a change made by a node or a
+release never leaks back into the caller's context (whether another node sees it depends on
+how each was run, so it is not promised).
 """
 
 from __future__ import annotations
@@ -45,7 +57,7 @@ import itertools
 import logging
 import types
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Final
@@ -181,6 +193,7 @@ class _Attempt:
         "inline",
         "job",
         "number",
+        "reached",
         "task",
         "timed_out",
         "timeout",
@@ -196,9 +209,10 @@ class _Attempt:
         self.timer: asyncio.Handle | None = None
         self.began = False  # the awaitable was first awaited (the call's body started)
         self.cancelled = False  # the core CANCELled this attempt
+        self.reached = False  # that cancellation of ours reached the attempt before it ended
         self.timed_out = False  # our timer cancelled this attempt
-        self.inline = False  # awaited in the coordinator itself
-        self.baseline = 0  # inline: the task's cancelling() count when the attempt began
+        self.inline = False  # awaited in the coordinator itself (the forward task)
+        self.baseline = 0  # inline: the forward task's cancelling() count when it began
         self.deadline = 0.0  # inline with a timeout: loop time at which it expires
 
 
@@ -210,16 +224,18 @@ class _RunContext:
     """State of one run; the async context manager returned by :func:`open_run`."""
 
     __slots__ = (
+        "_abort_requested",
         "_acquisitions",
+        "_began",
         "_debug",
         "_entered",
         "_events",
         "_fresh",
         "_inline_attempt",
-        "_inline_ok",
         "_inline_timer",
         "_inline_when",
         "_instant",
+        "_internal",
         "_kwargs",
         "_live",
         "_loop",
@@ -227,6 +243,9 @@ class _RunContext:
         "_nodes",
         "_observers",
         "_outputs",
+        "_phase_done",
+        "_phase_over",
+        "_phase_task",
         "_plan",
         "_primary",
         "_run",
@@ -266,6 +285,14 @@ class _RunContext:
         self._inline_attempt: _Attempt | None = None
         self._inline_timer: asyncio.TimerHandle | None = None
         self._inline_when = 0.0
+        # The phase task (forward, then shutdown) and the caller's wait for it.
+        self._phase_task: asyncio.Task[None] | None = None
+        self._phase_done: asyncio.Future[None] | None = None
+        self._phase_over = True
+        self._began = False  # the phase's coroutine has started running
+        self._abort_requested = False  # the forward phase is to be aborted (caller cancelled)
+        self._internal: BaseException | None = None  # an internal failure of a coordinator
+        self._task: asyncio.Task[Any]  # the forward task, once it runs
         self._observers = observers
         self._instant = instant
         self._run_id = next(_run_ids) if observers is not None else 0
@@ -281,15 +308,8 @@ class _RunContext:
             raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
         self._run = _core.Run(self._plan, self._seed)
         self._loop = asyncio.get_running_loop()
-        task = asyncio.current_task()
-        if task is None:
+        if asyncio.current_task() is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
-        self._task = task
-        # A cancellation already requested of the caller's task (pending, or being handled
-        # while the caller runs this plan) cannot be told apart from a node's own by count
-        # inside an inline attempt: such a run awaits every attempt as a task, so a pending
-        # cancellation lands on the coordinator's wait and is the caller's.
-        self._inline_ok = task.cancelling() == 0
         self._running: list[_Attempt | None] = [None] * (2 * n)
         self._sleeps: list[asyncio.TimerHandle | None] = [None] * (2 * n)
         self._kwargs: list[dict[str, Any] | None] = [None] * n
@@ -301,17 +321,7 @@ class _RunContext:
                 outcome = self._outcome_or_internal()
                 raise self._finish(outcome) or outcome  # nothing ran: nothing to clean up
 
-        try:
-            self._execute(self._run.start())
-            await self._drive(False)
-        except BaseException as exc:
-            self._abandon(exc)
-            raise
-        finally:
-            timer = self._inline_timer
-            if timer is not None:
-                self._inline_timer = None
-                timer.cancel()
+        await self._phase(self._forward(), False)
         if self._primary is None and not self._secondary:
             values = self._values
             return {name: values[name] for name in self._outputs}
@@ -338,12 +348,92 @@ class _RunContext:
     async def _cleanup(self) -> None:
         if self._observers is not None:
             self._emit("shutdown_started", "", 0)
+        commands = self._run.begin_shutdown()
+        if commands or not self._run.finished:  # a release is owed: run them in a task
+            await self._phase(self._shutdown(commands), True)
+
+    async def _phase(self, coordinator: Coroutine[Any, Any, None], shutdown: bool) -> None:
+        """Run a phase's coordinator in a task of its own; wait for it, shielded.
+
+        The caller's cancellations land on our wait, never in the phase: they are recorded
+        (SPEC 7.9), and in the forward phase the first one aborts it (passed on once).
+        """
+        loop = self._loop
+        self._phase_over = False
+        self._phase_done = None
+        self._began = False
+        task = self._phase_task = loop.create_task(coordinator)  # copies the caller's context
         try:
-            self._execute(self._run.begin_shutdown())
-            await self._drive(True)
-        except BaseException as exc:
-            self._abandon(exc)
+            while not self._phase_over:
+                done = self._phase_done = loop.create_future()
+                try:
+                    await done
+                except _CancelledError as exc:
+                    self._caller_cancelled(exc, shutdown)
+                    if task.done() and not self._phase_over:
+                        self._never_ran(shutdown)
+        except BaseException:
+            # Not a cancellation: a KeyboardInterrupt raised into this task by a signal
+            # handler, say. Nobody waits for the forward phase any more: abort it.
+            if not shutdown:
+                self._request_abort()
             raise
+        self._phase_done = None
+        internal = self._internal
+        if internal is not None:
+            raise internal
+
+    def _phase_over_now(self) -> None:
+        """The phase's coordinator has finished: wake the caller."""
+        self._phase_over = True
+        done = self._phase_done
+        if done is not None and not done.done():
+            done.set_result(None)
+
+    def _never_ran(self, shutdown: bool) -> None:
+        """The phase's task was cancelled before its first step, by someone else (we never
+        do): nothing of the phase ran. Seen when the caller is cancelled too (a loop being
+        torn down cancels every task); a task is not watched for this otherwise, which
+        would cost every run a callback."""
+        if shutdown:
+            self._internal = RuntimeError(
+                "sdax_hamilton internal error: the shutdown task was cancelled before it began"
+            )
+        else:
+            self._record_cancel(_CancelledError(), False)
+        self._phase_over_now()
+
+    async def _forward(self) -> None:
+        """The forward task: carry out the forward phase until it is quiescent."""
+        self._began = True
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task  # the forward task: inline attempts and their timeouts use it
+        try:
+            if not self._abort_requested:  # else the caller was cancelled before we began
+                self._execute(self._run.start())
+                await self._drive(False)
+        except BaseException as exc:  # nothing escapes a task into the loop
+            self._abandon(exc)
+            self._internal = exc
+        finally:
+            timer = self._inline_timer
+            if timer is not None:
+                self._inline_timer = None
+                timer.cancel()
+            self._phase_over_now()
+
+    async def _shutdown(self, commands: list[_core.Command]) -> None:
+        """The shutdown task: carry out the releases until every one has completed."""
+        self._began = True
+        try:
+            self._execute(commands)
+            await self._drive(True)
+        except BaseException as exc:  # nothing escapes a task into the loop
+            self._abandon(exc)
+            self._internal = exc
+        finally:
+            self._phase_over_now()
 
     def _finish(self, outcome: BaseException | None) -> BaseException | None:
         """Emit ``run_finished``; returns the run's outcome (an observer may replace it)."""
@@ -383,7 +473,6 @@ class _RunContext:
             if fresh:
                 if (
                     not shutdown
-                    and self._inline_ok
                     and len(fresh) == 1
                     and self._live == 0
                     and not fresh[0].cancelled
@@ -400,7 +489,13 @@ class _RunContext:
                 await waiter
             except _CancelledError as exc:
                 self._waiter = None
-                self._caller_cancelled(exc, shutdown)
+                if shutdown:  # not the caller's (never passed on): someone cancelled our task
+                    self._record_cancel(exc, True)
+                    continue
+                if not self._abort_requested:  # not passed on by us: taken as the caller's
+                    self._abort_requested = True
+                    self._record_cancel(exc, False)
+                self._execute(run.cancel())
 
     def _post(self, event: tuple[int, Any, Any]) -> None:
         self._events.append(event)
@@ -472,11 +567,29 @@ class _RunContext:
     # ----------------------------------------------------------------- primary record
 
     def _caller_cancelled(self, exc: BaseException, shutdown: bool) -> None:
+        """The caller's task was cancelled while waiting for a phase (SPEC 7.9 steps 2, 6)."""
+        self._record_cancel(exc, shutdown)
+        if not shutdown:  # cleanup is never abandoned
+            self._request_abort()
+
+    def _request_abort(self) -> None:
+        """Abort the forward phase, once: pass one cancellation on to the forward task."""
+        if self._abort_requested:
+            return
+        self._abort_requested = True
+        task = self._phase_task
+        if not self._began or task is None or task.done():
+            return  # not begun: the coordinator sees the request and starts nothing
+        attempt = self._inline_attempt
+        if attempt is not None and attempt.timed_out:
+            return  # already cancelled once, by its timeout: aborted once it has drained
+        task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline
+
+    def _record_cancel(self, exc: BaseException, shutdown: bool) -> None:
+        """Record a caller cancellation: the primary, absorbed, a secondary or a demotion."""
         primary = self._primary
         if primary is None:
             self._primary = exc
-            if not shutdown:
-                self._execute(self._run.cancel())
         elif isinstance(primary, _CancelledError):
             return  # absorbed: the primary already is a cancellation
         elif isinstance(primary, _TERMINATION) or not shutdown:
@@ -617,16 +730,18 @@ class _RunContext:
         attempt.cancelled = True
         task = attempt.task
         if attempt.inline or task is None or attempt.timed_out:
-            # inline: already finished; no task: either not launched yet (_launch reports
-            # it unstarted) or a sync call whose outcome is queued (reported as drained);
-            # timed out: already cancelled once and draining.
+            # inline: already finished (``_inline`` knows whether our cancellation reached
+            # it); no task: either not launched yet (_launch reports it unstarted) or a sync
+            # call whose outcome is queued (reported as drained); timed out: already
+            # cancelled once and draining.
             return
         if not attempt.began:
             # The task never ran a step: cancelling it means the awaitable is never awaited.
-            task.cancel()
+            attempt.reached = task.cancel()
             task.add_done_callback(lambda _task: self._unstarted_done(attempt))
             return
-        task.cancel()
+        # False when the task has already finished: its outcome is queued and is its own.
+        attempt.reached = task.cancel()
 
     def _unstarted_done(self, attempt: _Attempt) -> None:
         self._live -= 1
@@ -656,12 +771,13 @@ class _RunContext:
             self._post((_RETURNED, attempt, value))
 
     async def _inline(self, attempt: _Attempt) -> None:
-        """Await a lone forward attempt in the coordinator itself (no task).
+        """Await a lone forward attempt in the coordinator itself, the forward task.
 
-        The caller's task is the attempt's task, so cancellations are told apart by count
-        (the ``asyncio.timeout`` technique): our timeout cancels the task once and takes
-        its request back with ``uncancel()``; any other rise of ``cancelling()`` during the
-        attempt is the caller's cancellation.
+        Cancellations of the forward task are told apart by count (the ``asyncio.timeout``
+        technique): our timeout cancels the task once and takes its request back with
+        ``uncancel()``; the caller's first cancellation is passed on once (``cancel()``),
+        so a rise of ``cancelling()`` while the abort is requested means it reached the
+        attempt. A rise not of our making is the attempt cancelling its own task.
         """
         attempt.inline = True
         attempt.began = True
@@ -691,14 +807,12 @@ class _RunContext:
         self._inline_attempt = None
         if attempt.timed_out:
             task.uncancel()
-        if task.cancelling() > before:
-            # The caller cancelled meanwhile. When the attempt let that CancelledError out
-            # it is the object we report; when it swallowed or converted it, the caller's
-            # cancellation must not be lost: a fresh one stands for it.
-            if raised and isinstance(payload, _CancelledError):
-                self._caller_cancelled(payload, False)
-            else:
-                self._caller_cancelled(_CancelledError(), False)
+        if self._abort_requested:
+            # The caller cancelled meanwhile (its own CancelledError is the primary already).
+            # The cancellation we passed on reached this attempt, unless it was held back
+            # because the attempt was draining its timeout.
+            attempt.reached = task.cancelling() > before
+            self._execute(self._run.cancel())
         # Nothing else is running, so no event can have been queued meanwhile: report now.
         if raised:
             self._raised(attempt, payload)
@@ -717,7 +831,7 @@ class _RunContext:
         if attempt.timed_out or attempt.cancelled:
             return
         task = self._task
-        if task.cancelling() > attempt.baseline:
+        if self._abort_requested or task.cancelling() > attempt.baseline:
             return  # the caller's cancellation is already on its way into the attempt
         attempt.timed_out = True
         task.cancel()
@@ -840,6 +954,15 @@ class _RunContext:
         self._end(attempt)
         job = attempt.job
         if attempt.cancelled:
+            if isinstance(exc, _CancelledError) and not (attempt.reached or attempt.timed_out):
+                # It had ended before our cancellation could reach it (its outcome was
+                # queued with the event that aborted the run): it cancelled itself, which
+                # fails the run (SPEC 7.2), and is never taken for the drain of the abort.
+                self._record(attempt, exc)
+                if self._observers is not None:
+                    self._emit("attempt_failed", self._name(job), attempt.number + 1, error=exc)
+                self._execute(self._run.drained(job))
+                return
             # Drained after the core cancelled it: its own cancellation is expected; anything
             # else it raised meanwhile is still a diagnostic of the run.
             if not isinstance(exc, _CancelledError):
