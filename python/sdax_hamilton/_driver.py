@@ -379,6 +379,7 @@ class _RunContext:
                 self._request_abort()
             raise
         self._phase_done = None
+        self._phase_task = None  # finished: an open() body does not keep it alive
         internal = self._internal
         if internal is not None:
             raise internal
@@ -421,6 +422,7 @@ class _RunContext:
             if timer is not None:
                 self._inline_timer = None
                 timer.cancel()
+            del self._task  # no inline attempt is left to use it
             self._phase_over_now()
 
     async def _shutdown(self, commands: list[_core.Command]) -> None:
