@@ -48,24 +48,6 @@ BAD_VALUE = "BADVALUE-never-log-me"
 """What a ``bad`` step returns instead of an ``int``; it must never appear in logs/messages."""
 OVERRUN = 30.0
 """How long an overrunning attempt sleeps: far beyond any timeout of the campaign."""
-KNOWN_BUGS: frozenset[str] = frozenset(
-    name
-    for name in (
-        "selfcancel-drained",
-        "inline-repeated-cancel",
-        "broken-notes-primary",
-    )
-    if not __import__("os").environ.get("SDAX_CAMPAIGN_STRICT")
-)
-"""Rules relaxed for bugs reported but not fixed yet (``SDAX_CAMPAIGN_STRICT=1`` enforces
-them). ``selfcancel-drained``: a node's own CancelledError, raised by an attempt that had
-already finished when the run aborted (another failure or the caller's cancellation handled
-first in the same batch), is taken for the drain of the abort and not reported.
-``inline-repeated-cancel``: a lone ready node is awaited inline in the caller's task, so
-every further caller cancellation (or one arriving while it drains its own timeout) lands
-inside it, not "cancelled once" (documented as a known limit in ``_driver``).
-``broken-notes-primary``: a primary whose ``__notes__`` is not a list is replaced by the
-TypeError ``add_note`` raises when diagnostics are attached."""
 LATE_SLACK = 1.0
 """Generous slack (seconds) on upper time bounds: 2 shared cores, loaded machine."""
 EARLY_SLACK = 1e-4
@@ -932,8 +914,7 @@ def _check(compiled: Compiled, state: RunState) -> list[str]:
             for caught in rec.caught:
                 if caught.args and caught.args[0] in caller_msgs and rec.outcome == "swallowed":
                     swallowed_caller_cancel = True
-            relaxed = rec.in_caller and "inline-repeated-cancel" in KNOWN_BUGS
-            if rec.cancels_seen > 1 and not relaxed:
+            if rec.cancels_seen > 1:
                 errors.append(
                     f"{role} {node_name(idx)} attempt {rec.number} was cancelled "
                     f"{rec.cancels_seen} times (SPEC 7.9: cancelled once, further "
@@ -1044,9 +1025,8 @@ def _check(compiled: Compiled, state: RunState) -> list[str]:
                 )
             incomplete.append(node.name)
         elif last.outcome == "selfcancel":
-            required = "selfcancel-drained" not in KNOWN_BUGS
             expects.append(
-                Expect("obj", "node", idx, required=required, obj=last.exc, attempts=len(recs))
+                Expect("obj", "node", idx, required=True, obj=last.exc, attempts=len(recs))
             )
             incomplete.append(node.name)
         elif last.outcome == "cancelled":

@@ -3,8 +3,7 @@ releases, injected faults and caller cancellations; every run checked against SP
 
 Sizes: ``SDAX_CAMPAIGN_RUNS`` (default 3000) is the number of seeded runs; the Hypothesis
 part runs a tenth of that (shrinkable examples; derandomized unless a size is given).
-``SDAX_CAMPAIGN_SEED`` moves the seeded window. ``SDAX_CAMPAIGN_STRICT=1`` also enforces the
-rules relaxed for reported bugs (``campaign_support.KNOWN_BUGS``). Long campaign:
+``SDAX_CAMPAIGN_SEED`` moves the seeded window. Long campaign:
 ``SDAX_CAMPAIGN_RUNS=100000``.
 """
 
@@ -20,7 +19,6 @@ from typing import Any
 
 import pytest
 from campaign_support import (
-    KNOWN_BUGS,
     PENDING,
     AttemptRec,
     CancelRec,
@@ -493,8 +491,6 @@ def test_callback_exception_reaches_the_caller_as_the_same_object(
 
 
 BODY_KINDS = set(EXCEPTIONS) - {"stop-iteration"}
-if "broken-notes-primary" in KNOWN_BUGS:
-    BODY_KINDS.discard("broken-notes")
 
 
 @pytest.mark.parametrize("kind", sorted(BODY_KINDS))
