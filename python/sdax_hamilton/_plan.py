@@ -25,6 +25,8 @@ from ._types import accepts, checker, compatible, describe, validate_type
 Check = Callable[[Any], bool]
 
 _RESOURCE_OUTPUT = "Use open() to access resource outputs within their lifetime"
+_NO_DEFAULTS: Mapping[str, Any] = MappingProxyType({})
+"""Shared by every node without defaults: fewer objects per node for the collector."""
 
 
 def compile_graph(nodes: Mapping[str, NodeSpec]) -> _core.Graph:
@@ -400,7 +402,7 @@ def _runtime(
         origin=spec.origin,
         call=spec.call,
         args=tuple(args),
-        defaults=MappingProxyType(defaults),
+        defaults=MappingProxyType(defaults) if defaults else _NO_DEFAULTS,
         input_checks=tuple(input_checks),
         output_check=checker(spec.type) if check_outputs else None,
         retryable=_retryable(spec.policy),
