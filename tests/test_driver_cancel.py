@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -12,11 +11,13 @@ from test_driver_support import (
     Journal,
     Mode,
     Node,
+    Runner,
     clean_loop,
     execute,
     notes,
     opened,
     started,
+    yield_a_few,
 )
 
 from sdax_hamilton._failures import ExecutionError, failures
@@ -25,30 +26,6 @@ from sdax_hamilton._failures import ExecutionError, failures
 class Conn:
     def __init__(self, name: str) -> None:
         self.name = name
-
-
-class Runner:
-    """Runs a coroutine in its own task and keeps what it raised (the very object)."""
-
-    def __init__(self, make: Callable[[], Awaitable[Any]]) -> None:
-        self.raised: BaseException | None = None
-        self.task = asyncio.create_task(self._run(make))
-
-    async def _run(self, make: Callable[[], Awaitable[Any]]) -> Any:
-        try:
-            return await make()
-        except BaseException as exc:
-            self.raised = exc
-            raise
-
-    async def outcome(self) -> BaseException | None:
-        await asyncio.wait([self.task])
-        return self.raised
-
-
-async def yield_a_few(times: int = 5) -> None:
-    for _ in range(times):
-        await asyncio.sleep(0)
 
 
 async def test_cancel_during_an_inline_attempt_cancels_it_once_and_cleans_up() -> None:

@@ -19,6 +19,7 @@ import pytest
 from test_driver_support import (
     Journal,
     Node,
+    Runner,
     clean_loop,
     coordinator_of,
     execute,
@@ -26,6 +27,7 @@ from test_driver_support import (
     opened,
     prepare,
     started,
+    yield_a_few,
 )
 
 from sdax_hamilton._driver import open_run
@@ -36,31 +38,6 @@ from sdax_hamilton._failures import (
     failures,
 )
 from sdax_hamilton._observe import RunEvent
-
-
-class Runner:
-    """Runs a coroutine in its own task and keeps what it raised (the very object)."""
-
-    def __init__(self, make: Any) -> None:
-        self.raised: BaseException | None = None
-        self.task = asyncio.create_task(self._run(make))
-
-    async def _run(self, make: Any) -> Any:
-        try:
-            return await make()
-        except BaseException as exc:
-            self.raised = exc
-            raise
-
-    async def outcome(self) -> BaseException | None:
-        await asyncio.wait([self.task])
-        return self.raised
-
-
-async def yield_a_few(times: int = 5) -> None:
-    for _ in range(times):
-        await asyncio.sleep(0)
-
 
 # --------------------------------------------------------------------- selfcancel-drained
 

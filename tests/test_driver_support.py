@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import gc
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -221,3 +221,27 @@ def coordinator_of(task: asyncio.Task[Any] | None) -> str:
 
 
 MODES = ["inline", "task"]
+
+
+class Runner:
+    """Runs a coroutine in its own task and keeps what it raised (the very object)."""
+
+    def __init__(self, make: Callable[[], Awaitable[Any]]) -> None:
+        self.raised: BaseException | None = None
+        self.task = asyncio.create_task(self._run(make))
+
+    async def _run(self, make: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            return await make()
+        except BaseException as exc:
+            self.raised = exc
+            raise
+
+    async def outcome(self) -> BaseException | None:
+        await asyncio.wait([self.task])
+        return self.raised
+
+
+async def yield_a_few(times: int = 5) -> None:
+    for _ in range(times):
+        await asyncio.sleep(0)
