@@ -1,0 +1,199 @@
+//! `Graph` and `Plan`: node lists in, selections out.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyFrozenSet, PyString, PyTuple};
+
+use sdax_core::{Graph, NodeDef, Plan};
+
+use crate::policy::{type_name, PyPolicy};
+
+/// Names from a sequence/collection of `str`; a bare `str` is refused (it would iterate
+/// as characters).
+fn names_of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<String>> {
+    if obj.is_instance_of::<PyString>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be a collection of names, not a string"
+        )));
+    }
+    let mut out = Vec::new();
+    for item in obj.try_iter()? {
+        let item = item?;
+        match item.cast::<PyString>() {
+            Ok(s) => out.push(s.to_str()?.to_owned()),
+            Err(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "{what} must contain str names, got {}",
+                    type_name(&item)
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn node_def(item: &Bound<'_, PyAny>, position: usize) -> PyResult<NodeDef> {
+    let bad = |detail: &str| {
+        PyTypeError::new_err(format!(
+            "Graph node #{position} must be a tuple (name, inputs, borrows, policy, \
+             release_policy): {detail}"
+        ))
+    };
+    let Ok(t) = item.cast::<PyTuple>() else {
+        return Err(bad(&format!("got {}", type_name(item))));
+    };
+    if t.len() != 5 {
+        return Err(bad(&format!("got {} items", t.len())));
+    }
+    let name_obj = t.get_item(0)?;
+    let Ok(name) = name_obj.cast::<PyString>() else {
+        return Err(bad("name is not a str"));
+    };
+    let name = name.to_str()?.to_owned();
+    let inputs = names_of(&t.get_item(1)?, &format!("inputs of node '{name}'"))?;
+    let borrows = names_of(&t.get_item(2)?, &format!("borrows of node '{name}'"))?;
+    let policy_obj = t.get_item(3)?;
+    let Ok(policy) = policy_obj.cast::<PyPolicy>() else {
+        return Err(PyTypeError::new_err(format!(
+            "policy of node '{name}' must be a Policy, got {}",
+            type_name(&policy_obj)
+        )));
+    };
+    let release_obj = t.get_item(4)?;
+    let release = if release_obj.is_none() {
+        None
+    } else {
+        match release_obj.cast::<PyPolicy>() {
+            Ok(p) => Some(p.get().core),
+            Err(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "release policy of node '{name}' must be a Policy or None, got {}",
+                    type_name(&release_obj)
+                )))
+            }
+        }
+    };
+    Ok(NodeDef {
+        name,
+        inputs,
+        borrows,
+        policy: policy.get().core,
+        release,
+    })
+}
+
+/// All nodes of a Driver, compiled once.
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "Graph")]
+pub(crate) struct PyGraph {
+    core: Graph,
+}
+
+#[pymethods]
+impl PyGraph {
+    #[new]
+    fn py_new(nodes: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let mut defs = Vec::new();
+        for (i, item) in nodes.try_iter()?.enumerate() {
+            defs.push(node_def(&item?, i)?);
+        }
+        let core = Graph::new(defs).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(PyGraph { core })
+    }
+
+    fn __len__(&self) -> usize {
+        self.core.len()
+    }
+
+    fn __contains__(&self, name: &Bound<'_, PyAny>) -> PyResult<bool> {
+        match name.cast::<PyString>() {
+            Ok(s) => Ok(self.core.contains(s.to_str()?)),
+            Err(_) => Ok(false),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Graph of {} nodes>", self.core.len())
+    }
+
+    #[pyo3(signature = (final_vars, replaced=None))]
+    fn select(
+        &self,
+        py: Python<'_>,
+        final_vars: &Bound<'_, PyAny>,
+        replaced: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<PyPlan> {
+        let finals = names_of(final_vars, "final_vars")?;
+        let replaced = match replaced {
+            Some(r) => names_of(r, "replaced")?,
+            None => Vec::new(),
+        };
+        let plan = self
+            .core
+            .select(&finals, &replaced)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        PyPlan::new(py, plan)
+    }
+}
+
+/// The selected, active part of a graph, in a topological order.
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "Plan")]
+pub(crate) struct PyPlan {
+    pub(crate) core: Arc<Plan>,
+    nodes: Py<PyTuple>,
+    reached: Py<PyFrozenSet>,
+    external: Py<PyTuple>,
+}
+
+impl PyPlan {
+    fn new(py: Python<'_>, plan: Plan) -> PyResult<Self> {
+        let nodes = PyTuple::new(py, plan.names())?.unbind();
+        let reached = PyFrozenSet::new(py, plan.reached())?.unbind();
+        let external = PyTuple::new(py, plan.external())?.unbind();
+        Ok(PyPlan {
+            core: Arc::new(plan),
+            nodes,
+            reached,
+            external,
+        })
+    }
+}
+
+#[pymethods]
+impl PyPlan {
+    #[getter]
+    fn nodes(&self, py: Python<'_>) -> Py<PyTuple> {
+        self.nodes.clone_ref(py)
+    }
+
+    #[getter]
+    fn reached(&self, py: Python<'_>) -> Py<PyFrozenSet> {
+        self.reached.clone_ref(py)
+    }
+
+    #[getter]
+    fn external(&self, py: Python<'_>) -> Py<PyTuple> {
+        self.external.clone_ref(py)
+    }
+
+    fn index(&self, name: &Bound<'_, PyAny>) -> PyResult<u32> {
+        let found = match name.cast::<PyString>() {
+            Ok(s) => self.core.index(s.to_str()?),
+            Err(_) => None,
+        };
+        found.ok_or_else(|| PyKeyError::new_err(name.clone().unbind()))
+    }
+
+    fn shutdown_order(&self) -> Vec<Vec<String>> {
+        self.core.shutdown_order()
+    }
+
+    fn __len__(&self) -> usize {
+        self.core.len()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Plan of {} active nodes>", self.core.len())
+    }
+}
