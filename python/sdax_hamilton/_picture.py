@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ._core import Policy
 from ._spec import NodeSpec
 
 
@@ -19,14 +20,14 @@ def _seconds(value: float) -> str:
     return f"{value:g}s"
 
 
-def _policy_label(spec: NodeSpec) -> list[str]:
-    policy = spec.policy
+def _policy_text(policy: Policy) -> str:
+    """``"timeout 5s, retries 3"``; empty for the default policy."""
     parts = []
     if policy.timeout is not None:
         parts.append(f"timeout {_seconds(policy.timeout)}")
     if policy.retries:
         parts.append(f"retries {policy.retries}")
-    return [", ".join(parts)] if parts else []
+    return ", ".join(parts)
 
 
 def _attributes(**attrs: str) -> str:
@@ -87,19 +88,15 @@ def plan_to_dot(
             attrs["peripheries"] = "2"
         lines.append(f"  {_quote(name)} [{_attributes(**attrs)}];")
     for spec in specs:
-        label = [spec.name, *_policy_label(spec)]
+        policy = _policy_text(spec.policy)
+        label = [spec.name, policy] if policy else [spec.name]
         attrs = {"shape": "box"}
         if spec.release is not None:
             release = spec.release.origin.rsplit(".", 1)[-1]
             label.append(f"owns resource; release {release}")
-            release_policy = spec.release.policy
-            if release_policy.timeout is not None or release_policy.retries:
-                parts = []
-                if release_policy.timeout is not None:
-                    parts.append(f"timeout {_seconds(release_policy.timeout)}")
-                if release_policy.retries:
-                    parts.append(f"retries {release_policy.retries}")
-                label.append("release " + ", ".join(parts))
+            release_policy = _policy_text(spec.release.policy)
+            if release_policy:
+                label.append(f"release {release_policy}")
             attrs["style"] = "rounded,bold"
         elif spec.borrows:
             label.append("borrows " + ", ".join(spec.borrows))
