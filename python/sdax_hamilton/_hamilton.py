@@ -949,7 +949,9 @@ class _Translator:
         res.install(modifier, "expand_node", expand_node)
 
     @staticmethod
-    def _intercept_extract(modifier: Any, res: _Resolution) -> None:
+    def _intercept_transform(modifier: Any, res: _Resolution, new_role: str) -> None:
+        """A ``transform_node`` modifier: the transformed node keeps its role, every node
+        it adds gets ``new_role``."""
         original = modifier.transform_node
 
         def transform_node(node_: Any, config: dict[str, Any], fn: Any) -> Any:
@@ -957,11 +959,15 @@ class _Translator:
             out = list(original(node_, config, fn))
             for produced in out:
                 res.roles[produced.name] = (
-                    source if produced.name == node_.name else res.made(_ALIAS)
+                    source if produced.name == node_.name else res.made(new_role)
                 )
             return out
 
         res.install(modifier, "transform_node", transform_node)
+
+    @staticmethod
+    def _intercept_extract(modifier: Any, res: _Resolution) -> None:
+        _Translator._intercept_transform(modifier, res, _ALIAS)
 
     @staticmethod
     def _intercept_pipe_input(modifier: Any, res: _Resolution) -> None:
@@ -1070,16 +1076,7 @@ class _Translator:
 
     @staticmethod
     def _intercept_save_to(modifier: Any, res: _Resolution) -> None:
-        original = modifier.transform_node
-
-        def transform_node(node_: Any, config: dict[str, Any], fn: Any) -> Any:
-            source = res.role(node_.name)
-            out = list(original(node_, config, fn))
-            for produced in out:
-                res.roles[produced.name] = source if produced.name == node_.name else res.made(_IO)
-            return out
-
-        res.install(modifier, "transform_node", transform_node)
+        _Translator._intercept_transform(modifier, res, _IO)
 
     @staticmethod
     def _intercept_dataloader(modifier: Any, res: _Resolution) -> None:
@@ -1223,8 +1220,7 @@ class _Translator:
 
             res.install(modifier, "inject_nodes", inject_nodes)
         if "transform_node" in dir(modifier):
-            # Same rule as extract_fields: the node keeps its role, new ones are aliases.
-            _Translator._intercept_extract(modifier, res)
+            _Translator._intercept_transform(modifier, res, _ALIAS)
 
     # ---------------------------------------------------------------- the node table
 
