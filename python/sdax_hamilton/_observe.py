@@ -253,6 +253,7 @@ class RunReport:
         "_order",
         "_releases",
         "_run",
+        "_run_cancelled",
         "_run_error",
         "_shutdown",
         "_started",
@@ -266,7 +267,8 @@ class RunReport:
         self._started: float | None = None
         self._shutdown: float | None = None
         self._finished: float | None = None
-        self._run_error: BaseException | None = None
+        self._run_error: str | None = None
+        self._run_cancelled = False
 
     def __call__(self, event: RunEvent) -> None:
         if self._run is None:
@@ -286,7 +288,12 @@ class RunReport:
             return
         if kind == "run_finished":
             self._finished = time
-            self._run_error = event.error
+            # The type name only: keeping the exception would tie its traceback (and the
+            # frames it holds) to the report (tests/test_driver_memory.py).
+            error = event.error
+            if error is not None:
+                self._run_error = type(error).__qualname__
+                self._run_cancelled = isinstance(error, asyncio.CancelledError)
             return
         release = kind.startswith("release_")
         table = self._releases if release else self._nodes
@@ -349,18 +356,14 @@ class RunReport:
             return "not started"
         if self._finished is None:
             return "running"
-        error = self._run_error
-        if error is None:
+        if self._run_error is None:
             return "succeeded"
-        if isinstance(error, asyncio.CancelledError):
-            return "cancelled"
-        return "failed"
+        return "cancelled" if self._run_cancelled else "failed"
 
     @property
     def error(self) -> str | None:
         """Type name of the exception the run raised, ``None`` if it did not (yet)."""
-        error = self._run_error
-        return None if error is None else type(error).__qualname__
+        return self._run_error
 
     def format(self) -> str:
         """A compact table of the run: one row per node and per release.

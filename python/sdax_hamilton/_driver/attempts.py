@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import inspect
+import time
 import types
 from typing import Any, Final
 
@@ -24,6 +25,7 @@ _SLEEP: Final = _core.SLEEP
 _CANCEL: Final = _core.CANCEL
 _STOP_SLEEP: Final = _core.STOP_SLEEP
 _CoroutineType: Final = types.CoroutineType
+_monotonic: Final = time.monotonic
 
 
 class AttemptState(enum.IntEnum):
@@ -59,7 +61,18 @@ _CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
 class Attempt:
     """One carried-out START command (a call of a node or of a release)."""
 
-    __slots__ = ("aw", "baseline", "deadline", "job", "number", "state", "task", "timeout", "timer")
+    __slots__ = (
+        "aw",
+        "baseline",
+        "deadline",
+        "due",
+        "job",
+        "number",
+        "state",
+        "task",
+        "timeout",
+        "timer",
+    )
 
     def __init__(self, job: int, number: int, timeout: float | None) -> None:
         self.job = job
@@ -70,7 +83,9 @@ class Attempt:
         self.task: asyncio.Task[None] | None = None  # its own task, when not inline
         self.timer: asyncio.Handle | None = None  # its own timeout, when not inline
         self.baseline = 0  # inline: the forward task's cancelling() count when it began
-        self.deadline = 0.0  # inline with a timeout: loop time at which it expires
+        # With a timeout: when it expires, by the loop's clock and by the monotonic clock.
+        self.deadline = 0.0
+        self.due = 0.0
 
     @property
     def cancelled(self) -> bool:
@@ -100,8 +115,10 @@ class AttemptMechanics(RunState):
             if op == _START:
                 self._start(job, attempt, arg)
             elif op == _SLEEP:
-                self._sleeps[job] = self._loop.call_later(
-                    arg or 0.0, self._post, (ELAPSED, job, None)
+                delay = arg or 0.0
+                loop = self._loop
+                self._sleeps[job] = loop.call_later(
+                    delay, self._sleep_over, job, loop.time() + delay, _monotonic() + delay
                 )
             elif op == _CANCEL:
                 self._cancel(job)
@@ -113,6 +130,19 @@ class AttemptMechanics(RunState):
                 self._reporter.retry_cancelled(job, self._run.attempts(job))
             else:  # pragma: no cover - contract violation by the core
                 raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
+
+    def _sleep_over(self, job: int, deadline: float, due: float) -> None:
+        """The retry wait's timer fired: report it over, or re-arm it if it fired early.
+
+        A wait lasts at least its delay by the loop's clock and by the monotonic clock:
+        uvloop's timers fire up to a millisecond early against ``loop.time()`` (libuv's
+        clock has millisecond resolution and is read once per iteration).
+        """
+        rest = max(deadline - self._loop.time(), due - _monotonic())
+        if rest > 0.0:
+            self._sleeps[job] = self._loop.call_later(rest, self._sleep_over, job, deadline, due)
+            return
+        self._post((ELAPSED, job, None))
 
     def _start(self, job: int, attempt_number: int, timeout: float | None) -> None:
         """Call the job's function now. An awaitable result joins ``_fresh``: the
@@ -203,8 +233,11 @@ class AttemptMechanics(RunState):
                 continue
             self._live += 1  # before create_task: an eager task factory may finish it at once
             attempt.task = loop.create_task(self._attempt_task(attempt))
-            if attempt.timeout is not None:
-                attempt.timer = loop.call_later(attempt.timeout, self._on_timeout, attempt)
+            timeout = attempt.timeout
+            if timeout is not None:
+                attempt.deadline = loop.time() + timeout
+                attempt.due = _monotonic() + timeout
+                attempt.timer = loop.call_later(timeout, self._on_timeout, attempt)
         self._fresh.clear()
 
     async def _attempt_task(self, attempt: Attempt) -> None:
@@ -238,6 +271,7 @@ class AttemptMechanics(RunState):
             # into the loop's heap without the loop ever running to clean them).
             loop = self._loop
             deadline = attempt.deadline = loop.time() + timeout
+            attempt.due = _monotonic() + timeout
             self._inline_attempt = attempt
             timer = self._inline_timer
             if timer is None or self._inline_when > deadline:
@@ -267,19 +301,27 @@ class AttemptMechanics(RunState):
                 attempt.state = _CANCEL_MISSED
             self._execute(self._run.cancel())
         # Nothing else is running, so no event can have been queued meanwhile: report now.
-        if raised:
-            self._raised(attempt, payload)
-        else:
-            self._returned(attempt, payload)
+        try:
+            if raised:
+                self._raised(attempt, payload)
+            else:
+                self._returned(attempt, payload)
+        finally:
+            # An exception's traceback holds this frame: no cycle through its locals.
+            payload = None
 
     def _inline_tick(self) -> None:
         self._inline_timer = None
         attempt = self._inline_attempt
         if attempt is None:
             return  # armed for an attempt that has finished; the next one re-arms
-        if attempt.deadline > self._inline_when:
-            self._inline_when = attempt.deadline
-            self._inline_timer = self._loop.call_at(attempt.deadline, self._inline_tick)
+        # Armed for an earlier attempt's deadline, or fired early (see ``_sleep_over``).
+        loop = self._loop
+        now = loop.time()
+        rest = max(attempt.deadline - now, attempt.due - _monotonic())
+        if rest > 0.0:
+            self._inline_when = now + rest
+            self._inline_timer = loop.call_later(rest, self._inline_tick)
             return
         if attempt.state != _RUNNING:
             return
@@ -299,6 +341,10 @@ class AttemptMechanics(RunState):
             return
         if attempt.state == _CALLED:  # pragma: no cover - the task's first step is queued
             attempt.timer = self._loop.call_soon(self._on_timeout, attempt)
+            return
+        rest = max(attempt.deadline - self._loop.time(), attempt.due - _monotonic())
+        if rest > 0.0:  # fired early (see ``_sleep_over``)
+            attempt.timer = self._loop.call_later(rest, self._on_timeout, attempt)
             return
         attempt.state = _TIMED_OUT
         task.cancel()

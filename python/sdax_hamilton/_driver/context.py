@@ -13,7 +13,7 @@ import contextlib
 import types
 from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from .. import _core
 from .._observe import observers_of
@@ -87,19 +87,16 @@ class RunContext(OutcomeHandling):
             [node.name for node in self._nodes], self._observers, self._loop, self._terminated
         )
         self._watch = reporter.watching
-        record = self._record
         reporter.run_started(self._plan.nodes)
-        if record.primary is not None:  # the observer raised KeyboardInterrupt/SystemExit
-            outcome = self._outcome_or_internal()
-            raise self._finish(outcome) or outcome  # nothing ran: nothing to clean up
+        if not self._record.clean:  # the observer raised KeyboardInterrupt/SystemExit
+            self._fail_run()  # nothing ran: nothing to clean up
 
         await self._phase(self._forward(), False)
-        if record.clean:
+        if self._record.clean:
             values = self._values
             return {name: values[name] for name in self._outputs}
         await self._cleanup()
-        outcome = self._outcome_or_internal()
-        raise self._finish(outcome) or outcome
+        self._fail_run()
 
     async def __aexit__(
         self,
@@ -107,23 +104,50 @@ class RunContext(OutcomeHandling):
         exc: BaseException | None,
         traceback: types.TracebackType | None,
     ) -> bool:
-        if exc is not None:
-            self._record.body_raised(exc)
-        await self._cleanup()
-        outcome = self._finish(self._record.outcome())
-        if outcome is None or outcome is exc:
-            return False  # the body's own exception (if any) propagates unchanged
-        raise outcome
+        try:
+            if exc is not None:
+                self._record.body_raised(exc)
+            await self._cleanup()
+            outcome = self._finish(self._record.outcome())
+            if outcome is None or outcome is exc:
+                return False  # the body's own exception (if any) propagates unchanged
+            raise outcome
+        finally:
+            # The raised exception's traceback holds this frame: drop what it would keep
+            # alive in a cycle (the way asyncio's TaskGroup does).
+            exc = traceback = outcome = None  # noqa: F841
+
+    def _fail_run(self) -> NoReturn:
+        """Raise the outcome of a run that failed before its body could run."""
+        outcome = self._finish(self._outcome_or_internal())
+        assert outcome is not None
+        try:
+            raise outcome
+        finally:
+            del outcome  # the traceback holds this frame: no cycle through it
 
     def _finish(self, outcome: BaseException | None) -> BaseException | None:
-        """Emit ``run_finished``; returns the run's outcome (an observer may replace it)."""
+        """Emit ``run_finished``, then drop the run's references to its failures.
+
+        Returns the run's outcome (an observer may replace it). After this, nothing of the
+        run refers to an exception, so a failure's traceback (which refers to the run's
+        frames) forms no reference cycle: a failed run is freed by reference counting
+        alone (tests/test_driver_memory.py).
+        """
         record = self._record
         primary = record.primary
         self._reporter.run_finished(outcome)
-        self._reporter.close()
         if record.primary is not primary:  # the observer raised KeyboardInterrupt/SystemExit
-            return record.outcome()
+            outcome = record.outcome()
+        self._dispose()
         return outcome
+
+    def _dispose(self) -> None:
+        self._observers = None
+        self._reporter.close()
+        self._record.clear()
+        self._events.clear()
+        self._internal = None
 
     def _outcome_or_internal(self) -> BaseException:
         outcome = self._record.outcome()
@@ -156,6 +180,11 @@ class RunContext(OutcomeHandling):
         self._began = False
         task = self._phase_task = loop.create_task(coordinator)  # copies the caller's context
         try:
+            if self._phase_over:
+                # An eager task factory ran the whole phase inside create_task: the caller
+                # never waited, so a cancellation requested meanwhile is still pending.
+                # Take it now, as a wait would have, so it stays the caller's primary.
+                await self._take_pending_cancellation(shutdown)
             while not self._phase_over:
                 done = self._phase_done = loop.create_future()
                 try:
@@ -174,7 +203,22 @@ class RunContext(OutcomeHandling):
         self._phase_task = None  # finished: an open() body does not keep it alive
         internal = self._internal
         if internal is not None:
-            raise internal
+            self._dispose()  # run_finished was emitted when the coordinator gave up
+            try:
+                raise internal
+            finally:
+                del internal
+
+    async def _take_pending_cancellation(self, shutdown: bool) -> None:
+        """Yield once when the caller may have a cancellation pending (``cancelling()``
+        counts requests not yet taken back): it is delivered here, and recorded."""
+        caller = asyncio.current_task()
+        if caller is None or not caller.cancelling():
+            return
+        try:
+            await asyncio.sleep(0)
+        except _CancelledError as exc:
+            self._caller_cancelled(exc, shutdown)
 
     def _phase_over_now(self) -> None:
         """The phase's coordinator has finished: wake the caller."""

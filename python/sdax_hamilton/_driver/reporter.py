@@ -71,8 +71,12 @@ class Reporter:
         self.watching = observers is not None or self._debug
 
     def close(self) -> None:
-        """The run is over: drop the way back into it (no reference cycle outlives it)."""
+        """The run is over: drop the way back into it and the listeners (which may keep
+        the run's failures), so no reference cycle outlives the run. Nothing is reported
+        afterwards."""
         self._on_termination = None
+        self._observers = None
+        self.watching = self._debug
 
     # ---------------------------------------------------------------- the whole run
 

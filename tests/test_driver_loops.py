@@ -1,0 +1,264 @@
+"""The timing and cancellation rules on every loop: asyncio's, uvloop's, eager tasks.
+
+* uvloop's timers fire up to a millisecond early against ``loop.time()`` (libuv's clock
+  has millisecond resolution and is read once per iteration): every retry wait must still
+  last at least its delay, and every attempt timeout at least its policy.
+* With ``asyncio.eager_task_factory`` (Python 3.12+) a phase may complete inside
+  ``create_task``, in the step in which the caller is cancelled: the caller's
+  ``CancelledError`` must stay the primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import uvloop
+
+from sdax_hamilton import Driver, ExecutionError, RunEvent, failures
+from sdax_hamilton.testing import jitter_seed
+
+LoopFactory = Callable[[], asyncio.AbstractEventLoop]
+
+
+def _eager_loop() -> asyncio.AbstractEventLoop:
+    loop = asyncio.new_event_loop()
+    loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined,unused-ignore]
+    return loop
+
+
+def _eager_uvloop() -> asyncio.AbstractEventLoop:
+    loop = uvloop.new_event_loop()
+    loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined,unused-ignore]
+    return loop
+
+
+EAGER = hasattr(asyncio, "eager_task_factory")
+LOOPS: dict[str, LoopFactory] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop,
+    "asyncio-eager": _eager_loop,
+    "uvloop-eager": _eager_uvloop,
+}
+
+
+def _run(loop: str, main: Callable[[], Any]) -> Any:
+    if loop.endswith("eager") and not EAGER:
+        pytest.skip(f"asyncio.eager_task_factory needs Python 3.12+ (this is {sys.version})")
+    with asyncio.Runner(loop_factory=LOOPS[loop]) as runner:
+        return runner.run(main())
+
+
+TIMING = """
+import asyncio
+import time
+
+from sdax_hamilton import Acquisition, execution, shutdown
+
+STARTS: list[tuple[str, float]] = []
+FAILS: list[tuple[str, float]] = []
+
+
+class Conn:
+    pass
+
+
+def conn() -> Conn:
+    return Conn()
+
+
+@shutdown(of=conn, retries=3, initial_delay=0.0037, backoff_factor=1.3)
+async def close_conn(acquired: Acquisition[Conn]) -> None:
+    STARTS.append(("close_conn", time.monotonic()))
+    await asyncio.sleep(0)
+    FAILS.append(("close_conn", time.monotonic()))
+    raise ConnectionError("release failed")
+
+
+@execution(retries=3, initial_delay=0.0023, backoff_factor=1.7)
+async def flaky(conn: Conn) -> int:
+    STARTS.append(("flaky", time.monotonic()))
+    await asyncio.sleep(0)
+    FAILS.append(("flaky", time.monotonic()))
+    raise ConnectionError("flaky failed")
+
+
+@execution(timeout=0.0031)
+async def slow_alone() -> int:
+    await asyncio.sleep(1)
+    return 1
+
+
+@execution(timeout=0.0029)
+async def slow_beside(conn: Conn) -> int:
+    await asyncio.sleep(1)
+    return 1
+
+
+async def sibling(conn: Conn) -> int:
+    await asyncio.sleep(0.02)
+    return 1
+"""
+
+
+def _waits(events: list[RunEvent]) -> list[tuple[str, float, float]]:
+    """``(node, computed delay, waited by the loop's clock)`` for every retry wait."""
+    scheduled: dict[tuple[str, bool], RunEvent] = {}
+    waits = []
+    for event in events:
+        if event.kind in ("retry_scheduled", "release_retry_scheduled"):
+            scheduled[(event.node, event.kind == "retry_scheduled")] = event
+        elif event.kind in ("attempt_started", "release_started"):
+            before = scheduled.pop((event.node, event.kind == "attempt_started"), None)
+            if before is not None:
+                assert before.delay is not None
+                waits.append((event.node, before.delay, event.time - before.time))
+    return waits
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_every_retry_wait_lasts_at_least_its_delay(loop: str, make_module: Any) -> None:
+    module = make_module(TIMING)
+    plan = Driver(module).prepare(["flaky"])
+
+    async def main() -> list[tuple[str, float, float]]:
+        waits: list[tuple[str, float, float]] = []
+        for seed in range(25):
+            events: list[RunEvent] = []
+            module.STARTS.clear()
+            module.FAILS.clear()
+            with jitter_seed(seed), pytest.raises(ExecutionError):
+                await plan.execute(observer=events.append)
+            found = _waits(events)
+            assert len(found) == 6  # three node retries, three release retries
+            waits.extend(found)
+            # By the monotonic clock too: from the failure to the next attempt's start.
+            for name in ("flaky", "close_conn"):
+                starts = [t for n, t in module.STARTS if n == name]
+                fails = [t for n, t in module.FAILS if n == name]
+                delays = [d for n, d, _ in found if n == ("conn" if name == "close_conn" else name)]
+                for failed, started, delay in zip(fails[:-1], starts[1:], delays, strict=True):
+                    assert started - failed >= delay, (name, started - failed, delay)
+        return waits
+
+    waits = _run(loop, main)
+    short = [(node, delay, waited) for node, delay, waited in waits if waited < delay]
+    assert not short, short
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+@pytest.mark.parametrize("outputs", [["slow_alone"], ["slow_beside", "sibling"]])
+def test_every_timeout_lasts_at_least_its_policy(
+    loop: str, outputs: list[str], make_module: Any
+) -> None:
+    plan = Driver(make_module(TIMING)).prepare(outputs)
+    timeout = {"slow_alone": 0.0031, "slow_beside": 0.0029}[outputs[0]]
+
+    async def main() -> list[float]:
+        lasted = []
+        for _ in range(25):
+            events: list[RunEvent] = []
+            with pytest.raises(ExecutionError):
+                await plan.execute(observer=events.append)
+            started = next(e.time for e in events if e.kind == "attempt_started")
+            timed_out = next(e.time for e in events if e.kind == "attempt_timed_out")
+            lasted.append(timed_out - started)
+        return lasted
+
+    lasted = _run(loop, main)
+    assert min(lasted) >= timeout, (min(lasted), timeout)
+
+
+CANCEL_IN_RELEASE = """
+import asyncio
+
+from sdax_hamilton import Acquisition, shutdown
+
+CALLER: list[asyncio.Task] = []
+RELEASED: list[str] = []
+
+
+class Conn:
+    pass
+
+
+def conn() -> Conn:
+    return Conn()
+
+
+@shutdown(of=conn)
+def close_conn(acquired: Acquisition[Conn]) -> None:
+    RELEASED.append("conn")
+    CALLER[0].cancel()  # the caller is cancelled just as the release runs
+
+
+def boom(conn: Conn) -> int:
+    raise ValueError("node failed")
+"""
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_cancellation_during_an_eager_cleanup_stays_primary(loop: str, make_module: Any) -> None:
+    module = make_module(CANCEL_IN_RELEASE)
+    plan = Driver(module).prepare(["boom"])
+
+    async def main() -> None:
+        caller = asyncio.current_task()
+        assert caller is not None
+        module.CALLER[:] = [caller]
+        with pytest.raises(asyncio.CancelledError) as caught:
+            await plan.execute()
+        assert module.RELEASED == ["conn"]
+        [secondary] = failures(caught.value)
+        assert isinstance(secondary, ValueError)
+        assert caller.uncancel() == 0  # exactly one cancellation, and it was delivered
+        await asyncio.sleep(0)  # nothing pending any more
+
+    _run(loop, main)
+
+
+CANCEL_IN_NODE = """
+import asyncio
+
+CALLER: list[asyncio.Task] = []
+
+
+def cancels_caller() -> int:
+    CALLER[0].cancel()  # the caller is cancelled while the forward phase runs eagerly
+    return 1
+"""
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+@pytest.mark.parametrize("how", ["execute", "open"])
+def test_a_cancellation_during_an_eager_forward_phase_stays_primary(
+    loop: str, how: str, make_module: Any
+) -> None:
+    module = make_module(CANCEL_IN_NODE)
+    plan = Driver(module).prepare(["cancels_caller"])
+    body: list[str] = []
+
+    async def main() -> None:
+        caller = asyncio.current_task()
+        assert caller is not None
+        module.CALLER[:] = [caller]
+        with pytest.raises(asyncio.CancelledError):
+            if how == "execute":
+                await plan.execute()
+            else:
+                async with plan.open():
+                    body.append("ran")
+        assert body == []  # the body never runs once the caller is cancelled
+        assert caller.uncancel() == 0
+        await asyncio.sleep(0)
+
+    _run(loop, main)
+
+
+def test_the_monotonic_clock_is_the_one_nodes_see() -> None:
+    # The monotonic checks above compare time.monotonic() readings taken in nodes.
+    assert time.get_clock_info("monotonic").monotonic

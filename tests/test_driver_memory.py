@@ -1,0 +1,225 @@
+"""Failed runs leave nothing for the cyclic garbage collector.
+
+A failure's traceback refers to the frames of the run (the coordinator, the attempt), so
+any reference from the run back to an exception would make a cycle that only the cyclic
+collector frees: under a failure storm a service would grow between collections. The run
+drops those references when it finishes (the way asyncio's TaskGroup does); these tests
+count what ``gc.collect()`` finds after failed runs of every kind, with the collector off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from sdax_hamilton import Driver, RunReport
+
+SOURCE = """
+import asyncio
+
+from sdax_hamilton import Acquisition, execution, shutdown
+
+
+class Conn:
+    pass
+
+
+def conn() -> Conn:
+    return Conn()
+
+
+@shutdown(of=conn, retries=1, initial_delay=0.0)
+def close_conn(acquired: Acquisition[Conn]) -> None:
+    pass
+
+
+@execution(retries=1, initial_delay=0.0, retryable_exceptions=(ValueError,))
+async def fetch(conn: Conn) -> int:
+    await asyncio.sleep(0)
+    raise ValueError("fetch failed")
+
+
+async def left(conn: Conn) -> int:
+    await asyncio.sleep(0)
+    raise KeyError("left failed")
+
+
+async def right(conn: Conn) -> int:
+    await asyncio.sleep(0.5)
+    return 1
+
+
+def sync_boom(conn: Conn) -> int:
+    raise RuntimeError("sync failed")
+
+
+@execution(timeout=0.001)
+async def slow_alone() -> int:
+    await asyncio.sleep(1)
+    return 1
+
+
+@execution(timeout=0.001)
+async def slow_beside(conn: Conn) -> int:
+    await asyncio.sleep(1)
+    return 1
+
+
+async def sibling(conn: Conn) -> int:
+    await asyncio.sleep(0.01)
+    return 2
+
+
+async def hang(conn: Conn) -> int:
+    await asyncio.sleep(10)
+    return 1
+
+
+def bad_conn() -> Conn:
+    return Conn()
+
+
+@shutdown(of=bad_conn, retries=1, initial_delay=0.0)
+def close_bad(acquired: Acquisition[Conn]) -> None:
+    raise OSError("release failed")
+
+
+def uses_bad(bad_conn: Conn) -> int:
+    return 1
+
+
+async def slow_release_owner() -> Conn:
+    return Conn()
+
+
+@shutdown(of=slow_release_owner)
+async def close_slowly(acquired: Acquisition[Conn]) -> None:
+    await asyncio.sleep(0.01)
+    raise OSError("slow release failed")
+
+
+def uses_slow_release(slow_release_owner: Conn) -> int:
+    return 1
+"""
+
+Scenario = Callable[[Any], Awaitable[None]]
+
+
+async def _execute(plan: Any, **kwargs: Any) -> None:
+    try:
+        await plan.execute(**kwargs)
+    except Exception:
+        pass
+    else:  # pragma: no cover - every scenario fails
+        raise AssertionError("the run was expected to fail")
+
+
+async def _open(plan: Any, body_raises: bool = False) -> None:
+    try:
+        async with plan.open():
+            if body_raises:
+                raise LookupError("body failed")
+    except Exception:
+        pass
+    else:  # pragma: no cover - every scenario fails
+        raise AssertionError("the run was expected to fail")
+
+
+async def _cancel_after(run: Awaitable[Any], delay: float) -> None:
+    task = asyncio.ensure_future(run)
+    await asyncio.sleep(delay)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    else:  # pragma: no cover
+        raise AssertionError("the run was expected to be cancelled")
+    del task
+
+
+async def _open_and_wait(plan: Any) -> None:
+    async with plan.open():
+        await asyncio.sleep(10)
+
+
+SCENARIOS: dict[str, Callable[[Driver], Scenario]] = {
+    "execute-inline-retried-failure": lambda d: lambda _: _execute(d.prepare(["fetch"])),
+    "execute-parallel-failure": lambda d: lambda _: _execute(d.prepare(["left", "right"])),
+    "execute-sync-failure": lambda d: lambda _: _execute(d.prepare(["sync_boom", "right"])),
+    "execute-inline-timeout": lambda d: lambda _: _execute(d.prepare(["slow_alone"])),
+    "execute-parallel-timeout": lambda d: lambda _: _execute(d.prepare(["slow_beside", "sibling"])),
+    "execute-release-failure": lambda d: lambda _: _execute(d.prepare(["uses_bad"])),
+    "execute-with-observer": lambda d: (
+        lambda _: _execute(d.prepare(["left", "right", "uses_bad"]), observer=RunReport())
+    ),
+    "open-node-failure": lambda d: lambda _: _open(d.prepare(["fetch"])),
+    "open-body-failure": lambda d: lambda _: _open(d.prepare(["conn"]), body_raises=True),
+    "open-release-failure": lambda d: lambda _: _open(d.prepare(["uses_bad"])),
+    "execute-caller-cancelled-inline": lambda d: (
+        lambda _: _cancel_after(d.prepare(["hang"]).execute(), 0.005)
+    ),
+    "execute-caller-cancelled-parallel": lambda d: (
+        lambda _: _cancel_after(d.prepare(["hang", "right"]).execute(), 0.005)
+    ),
+    "execute-caller-cancelled-in-cleanup": lambda d: (
+        lambda _: _cancel_after(d.prepare(["uses_slow_release"]).execute(), 0.002)
+    ),
+    "open-caller-cancelled-in-body": lambda d: (
+        lambda _: _cancel_after(_open_and_wait(d.prepare(["conn"])), 0.005)
+    ),
+}
+
+
+def _cyclic_garbage(scenario: Scenario) -> tuple[int, list[str]]:
+    """Run ``scenario`` (warmed up once) three times; what the cyclic collector finds:
+    its count and the type names of the objects it saved."""
+
+    async def main() -> tuple[int, list[str]]:
+        await scenario(None)  # first-run caches and lazily created objects
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        try:
+            for _ in range(3):
+                await scenario(None)
+            found = gc.collect()
+            return found, sorted(type(obj).__qualname__ for obj in gc.garbage)
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return asyncio.run(main())
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_failed_runs_leave_no_reference_cycles(name: str, make_module: Any) -> None:
+    driver = Driver(make_module(SOURCE))
+    assert _cyclic_garbage(SCENARIOS[name](driver)) == (0, [])
+
+
+def test_the_check_sees_cycles_when_there_are_some(make_module: Any) -> None:
+    # The measurement itself: an exception kept by a frame it passed through is a cycle.
+    driver = Driver(make_module(SOURCE))
+    plan = driver.prepare(["fetch"])
+    kept: list[BaseException] = []
+
+    async def keeps_its_failure(_: Any) -> None:
+        try:
+            await plan.execute()
+        except Exception as exc:
+            failure = exc  # this frame -> failure -> traceback -> this frame
+            kept.append(failure)
+            kept.clear()
+
+    found, names = _cyclic_garbage(keeps_its_failure)
+    assert found > 0 and "ValueError" in names
