@@ -66,6 +66,7 @@ from . import _core
 from ._declarations import Acquisition
 from ._failures import add_note_once, attach_failures, failure_group
 from ._observe import EventKind, Observer, RunEvent, observers_of
+from ._types import invalid_output
 
 __all__ = [
     "INSTANT_RETRIES",
@@ -931,7 +932,7 @@ class _RunContext:
                     self._fail(attempt, broken, False)
                     return
                 if not ok:
-                    invalid = TypeError(f"Invalid output from {node.name} ({node.origin})")
+                    invalid = invalid_output(node.name, node.origin, node.output_type, value)
                     self._fail(attempt, invalid, False)
                     return
             self._values[node.name] = value

@@ -20,7 +20,7 @@ from . import _core
 from ._driver import NodeRuntime, ReleaseRuntime, open_run
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
-from ._types import accepts, checker, compatible, describe, validate_type
+from ._types import accepts, checker, compatible, describe, mismatch, validate_type
 
 Check = Callable[[Any], bool]
 
@@ -71,8 +71,9 @@ def _dedupe(types: Iterable[Any]) -> tuple[Any, ...]:
     return tuple(unique)
 
 
-def _all_of(checks: Iterable[Check | None]) -> tuple[Check, ...]:
-    return tuple(check for check in checks if check is not None)
+def _all_of(types: Iterable[Any]) -> tuple[tuple[Check, Any], ...]:
+    """A compiled check per annotation that needs one, with the annotation it checks."""
+    return tuple((check, tp) for tp in types if (check := checker(tp)) is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +83,9 @@ class _Program:
     plan: _core.Plan
     runtimes: tuple[NodeRuntime, ...]
     config: Mapping[str, Any]
-    input_checks: tuple[tuple[str, tuple[Check, ...]], ...]
-    override_checks: tuple[tuple[str, tuple[Check, ...]], ...]
+    input_checks: tuple[tuple[str, tuple[tuple[Check, Any], ...]], ...]
+    """Input name -> (check, the annotation it checks) per distinct requirement."""
+    override_checks: tuple[tuple[str, tuple[tuple[Check, Any], ...]], ...]
     resource_outputs: tuple[str, ...]
     seed: int | None
     specs: tuple[NodeSpec, ...]
@@ -127,14 +129,18 @@ class PreparedPlan:
         program = self._program
         for name, checks in program.input_checks:
             value = supplied[name]
-            for check in checks:
+            for check, tp in checks:
                 if not check(value):
-                    raise TypeError(f"Invalid input: {name}")
+                    raise TypeError(
+                        f"Invalid input: {name} — {mismatch(f'input {name!r}', tp, value)}"
+                    )
         for name, checks in program.override_checks:
             value = replaced[name]
-            for check in checks:
+            for check, tp in checks:
                 if not check(value):
-                    raise TypeError(f"Invalid override: {name}")
+                    raise TypeError(
+                        f"Invalid override: {name} — {mismatch(f'override {name!r}', tp, value)}"
+                    )
         return {**program.config, **supplied, **replaced}
 
     def open(
@@ -412,16 +418,11 @@ def _program(
         plan=core_plan,
         runtimes=runtimes,
         config=config,
-        input_checks=tuple(
-            (name, _all_of(checker(tp) for tp in types)) for name, types in required.items()
-        ),
+        input_checks=tuple((name, _all_of(types)) for name, types in required.items()),
         override_checks=tuple(
             (
                 name,
-                _all_of(
-                    checker(tp)
-                    for tp in _dedupe([nodes[name].type, *consumed.requirements.get(name, ())])
-                ),
+                _all_of(_dedupe([nodes[name].type, *consumed.requirements.get(name, ())])),
             )
             for name in sorted(overridden)
         ),
