@@ -19,12 +19,8 @@ from hamilton.function_modifiers import base  # type: ignore[import-untyped]
 from sdax_hamilton import Driver
 from sdax_hamilton._hamilton.discovery import discover
 from sdax_hamilton._hamilton.interceptors import Resolver
-from sdax_hamilton._hamilton.signatures import (
-    SignatureChecks,
-    clone,
-    code_params,
-    release_parameter,
-)
+from sdax_hamilton._hamilton.signatures import SignatureChecks, code_params, release_parameter
+from sdax_hamilton._hamilton.snapshot import clone
 
 PLAIN_SOURCE = '''
 from typing import Any, Optional

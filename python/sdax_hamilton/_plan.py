@@ -330,11 +330,14 @@ def _consumed(
     for name in active:
         spec = nodes[name]
         for inp in spec.inputs:
-            validate_type(inp.type, where=f"{name}.{inp.name}")
-            consumed.requirements.setdefault(inp.name, []).append(inp.type)
+            types = inp.types
+            for tp in types:
+                validate_type(tp, where=f"{name}.{inp.name}")
+            consumed.requirements.setdefault(inp.name, []).extend(types)
             producer = nodes.get(inp.name)
             if producer is not None:
-                _check_edge(producer, spec, inp)
+                for tp in types:
+                    _check_edge(producer, spec, inp, tp)
             elif inp.name not in config:
                 # External input: required unless every consumer has a default and it
                 # was not declared optional (then the defaults are used).
@@ -436,17 +439,17 @@ def _program(
     )
 
 
-def _check_edge(producer: NodeSpec, consumer: NodeSpec, inp: InputSpec) -> None:
+def _check_edge(producer: NodeSpec, consumer: NodeSpec, inp: InputSpec, required: Any) -> None:
     if producer.validation_internal and not (
         consumer.validation_internal or consumer.name == producer.validation_gate
     ):
         raise ValueError(
             f"Validation internal node {producer.name!r} cannot be consumed by {consumer.name!r}"
         )
-    if not compatible(producer.type, inp.type):
+    if not compatible(producer.type, required):
         raise TypeError(
             f"Incompatible edge: {producer.name} -> {consumer.name} "
-            f"({producer.type!r} is not accepted as {inp.type!r})"
+            f"({producer.type!r} is not accepted as {required!r})"
         )
 
 
@@ -468,9 +471,10 @@ def _runtime(
             # compatible above; only unchecked producers (check_outputs=False) leave a
             # check for their consumers, once before the first attempt.
             if not check_outputs and inp.name in active:
-                check = checker(inp.type)
-                if check is not None:
-                    input_checks.append((inp.name, check))
+                for tp in inp.types:
+                    check = checker(tp)
+                    if check is not None:
+                        input_checks.append((inp.name, check))
         else:
             defaults[inp.name] = inp.default
     release = spec.release

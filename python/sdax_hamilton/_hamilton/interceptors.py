@@ -9,14 +9,13 @@ mutated.
 
 from __future__ import annotations
 
-import copy
 import inspect
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from types import FunctionType
 from typing import Any
 
-from . import admitted
+from . import admitted, bindings
 from .names import is_release
 from .provenance import (
     ALIAS,
@@ -30,7 +29,8 @@ from .provenance import (
     sync_stand_in,
     validation_gate,
 )
-from .signatures import Facts, clone, plain_node
+from .signatures import Facts, plain_node
+from .snapshot import clone, modifier_snapshot
 
 _POWER_USER_MODE = "hamilton.enable_power_user_mode"
 
@@ -57,7 +57,10 @@ class Resolver:
             for _lifecycle, modifier in admitted.modifiers(fn_clone):
                 self.intercept(modifier, resolution)
             nodes = base.resolve_nodes(fn_clone, config)
-            return [Generated(node_, resolution.role(node_.name)) for node_ in nodes]
+            return [
+                Generated(node_, resolution.role(node_.name), sources=resolution.sources_of(node_))
+                for node_ in nodes
+            ]
         finally:
             resolution.remove_interceptors()
 
@@ -91,12 +94,16 @@ class Resolver:
 
 def _parameterize(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
     original = modifier.expand_node
+    how = f"@{type(modifier).__name__}"
 
     def expand_node(node_: Any, config: dict[str, Any], fn: Any) -> Any:
+        bindings.check_parameterization(modifier, node_, how)
+        bound = bindings.sources_of(modifier, node_)
         out = list(original(node_, config, fn))
         source = res.role(node_.name)
         for produced in out:
             res.roles[produced.name] = source
+            res.record_sources(produced, bound.get(produced.name, {}))
         return out
 
     res.install(modifier, "expand_node", expand_node)
@@ -110,6 +117,11 @@ def _parameterize_extract(_resolver: Resolver, modifier: Any, res: Resolution) -
             columns.add(column[0] if isinstance(column, tuple) else column)
 
     def expand_node(node_: Any, config: dict[str, Any], fn: Any) -> Any:
+        how = f"@{type(modifier).__name__}"
+        for index, extract in enumerate(modifier.extract_config):
+            output = f"{node_.name}__{index}"
+            internals = bindings.PARAMETERIZE_INTERNALS | bindings.EXTRACT_INTERNALS
+            bindings.check_mapping(output, extract.input_mapping, node_, how, internals)
         out = list(original(node_, config, fn))
         source = res.role(node_.name)
         for produced in out:
@@ -139,6 +151,16 @@ def _extract(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
 
 
 def _save_to(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
+    original = modifier.transform_node
+    resolve_adapter_class = admitted.fm("adapters").resolve_adapter_class
+
+    def transform_node(node_: Any, config: dict[str, Any], fn: Any) -> Any:
+        saver = resolve_adapter_class(node_.type, modifier.saver_classes)
+        if saver is not None:
+            bindings.check_adapter_kwargs(saver, modifier.kwargs, node_.name, "@save_to")
+        return original(node_, config, fn)
+
+    res.install(modifier, "transform_node", transform_node)
     _transform(modifier, res, IO)
 
 
@@ -146,6 +168,7 @@ def _pipe_input(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
     original = modifier.inject_nodes
 
     def inject_nodes(params: Any, config: dict[str, Any], fn: Any) -> Any:
+        bindings.check_steps(modifier.transforms, config, fn.__name__, "step(...) in @pipe_input")
         nodes, renames = original(params, config, fn)
         for produced in nodes:
             res.roles[produced.name] = res.made(ALIAS)
@@ -158,6 +181,7 @@ def _pipe_output(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
     original = modifier.transform_node
 
     def transform_node(node_: Any, config: dict[str, Any], fn: Any) -> Any:
+        bindings.check_steps(modifier.transforms, config, node_.name, "step(...) in @pipe_output")
         source = res.role(node_.name)
         if inspect.iscoroutinefunction(fn):
             # Hamilton 1.90 builds the chain's final identity for an async declaration
@@ -232,6 +256,11 @@ def _load_from(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
 
     def inject_nodes(params: Any, config: dict[str, Any], fn: Any) -> Any:
         (loader, selector), renames = original(params, config, fn)
+        adapter = admitted.fm("adapters").resolve_adapter_class(
+            selector.type, modifier.loader_classes
+        )
+        if adapter is not None:
+            bindings.check_adapter_kwargs(adapter, modifier.kwargs, loader.name, "@load_from")
         # Hamilton 1.90 annotates the loader as tuple[metadata, data] while it returns
         # (data, metadata); the selector takes element 0.
         fixed = tuple[selector.type, dict[str, Any]]  # type: ignore[name-defined]
@@ -279,7 +308,7 @@ def _dynamic(resolver: Resolver, modifier: Any, res: Resolution) -> None:
             raise ValueError(
                 f"unsupported Hamilton decorator {type(decorator).__name__} (produced by resolve)"
             )
-        decorator = copy.copy(decorator)
+        decorator = modifier_snapshot(decorator)
         resolver.intercept(decorator, res)
         return decorator
 

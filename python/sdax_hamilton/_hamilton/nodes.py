@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _declarations
 from .._spec import InputSpec, NodeSpec
 from .._types import compatible, validate_type
-from . import admitted
+from . import admitted, bindings
 from .names import origin
 from .placement import Placement
 from .provenance import ALIAS, Generated
@@ -95,8 +95,15 @@ def default_policy() -> _core.Policy:
     return _core.Policy(retryable_exceptions=_declarations.default_retryable_exceptions())
 
 
-def _inputs(node_: Any) -> tuple[InputSpec, ...]:
+def _inputs(item: Generated) -> tuple[InputSpec, ...]:
+    node_ = item.node
     defaults = node_.default_parameter_values
+    sources = item.sources
+    if sources is not None:
+        return tuple(
+            _input(node_.name, name, tp, defaults, sources)
+            for name, (tp, _) in node_.input_types.items()
+        )
     return tuple(
         [
             InputSpec(name=name, type=input_type, has_default=True, default=defaults[name])
@@ -104,6 +111,30 @@ def _inputs(node_: Any) -> tuple[InputSpec, ...]:
             else InputSpec(name=name, type=input_type, has_default=False)
             for name, (input_type, _dependency) in node_.input_types.items()
         ]
+    )
+
+
+def _input(
+    node: str,
+    name: str,
+    input_type: Any,
+    defaults: Mapping[str, Any],
+    sources: Mapping[str, tuple[bindings.Bound, ...]],
+) -> InputSpec:
+    """An input of a node whose parameters a decorator bound to sources: every bound
+    parameter's annotation is kept, and its default only when all of them agree."""
+    bound = sources.get(name)
+    if bound is None:
+        if name in defaults:
+            return InputSpec(name=name, type=input_type, has_default=True, default=defaults[name])
+        return InputSpec(name=name, type=input_type, has_default=False)
+    types: list[Any] = []
+    for item in bound:
+        if not any(item.type is seen or item.type == seen for seen in types):
+            types.append(item.type)
+    has_default, default = bindings.merged_default(node, name, bound)
+    return InputSpec(
+        name=name, type=types[0], has_default=has_default, default=default, also=tuple(types[1:])
     )
 
 
@@ -131,7 +162,7 @@ def specs(
             name=name,
             type=node_.type,
             call=node_.callable,
-            inputs=_inputs(node_),
+            inputs=_inputs(item),
             policy=placement.policies.get(name, fallback),
             origin=where,
             release=release_entry[0] if release_entry is not None else None,

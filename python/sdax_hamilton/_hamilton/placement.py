@@ -13,6 +13,7 @@ from .._spec import ReleaseSpec
 from .names import declaration, origin, shutdowns_of
 from .provenance import ALIAS, CALL, IO, Generated
 from .signatures import SignatureChecks
+from .snapshot import function_snapshot
 
 if TYPE_CHECKING:
     from .. import _core
@@ -89,7 +90,7 @@ def _place_release(
 ) -> None:
     release = shutdown.release
     spec = ReleaseSpec(
-        call=release,
+        call=function_snapshot(release),
         policy=shutdown.policy,
         acquisition_type=checks.acquired_type(release),
         origin=origin(release),

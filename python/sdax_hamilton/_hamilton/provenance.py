@@ -9,10 +9,12 @@ candidate for ``execution``/``shutdown``), only projects, validates or pipes a v
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import FunctionType
 from typing import Any
+
+from .bindings import Bound
 
 _log = logging.getLogger("sdax_hamilton")
 
@@ -44,6 +46,9 @@ class Generated:
     prov: Prov
     private: bool = False
     """The node is this build's own (``plain_node``): nothing else refers to it."""
+    sources: Mapping[str, tuple[Bound, ...]] | None = None
+    """Input -> the parameters of the node's function bound to it (``inject`` and the
+    ``parameterize`` family), when a decorator bound parameters to sources."""
 
 
 class Resolution:
@@ -55,6 +60,17 @@ class Resolution:
         self.config = config
         self.roles: dict[str, Prov] = {}
         self.installed: list[tuple[object, str]] = []
+        # id(node callable) -> (callable, input -> parameters bound to it): keyed by the
+        # callable, which later renames (check_output's ``_raw``) keep.
+        self.sources: dict[int, tuple[Any, Mapping[str, tuple[Bound, ...]]]] = {}
+
+    def record_sources(self, node_: Any, sources: Mapping[str, tuple[Bound, ...]]) -> None:
+        if sources:
+            self.sources[id(node_.callable)] = (node_.callable, sources)
+
+    def sources_of(self, node_: Any) -> Mapping[str, tuple[Bound, ...]] | None:
+        found = self.sources.get(id(node_.callable))
+        return found[1] if found is not None and found[0] is node_.callable else None
 
     def role(self, name: str) -> Prov:
         # Nodes nobody recorded come from Hamilton's default node creator: the call itself.

@@ -9,7 +9,6 @@ what Hamilton's default lifecycle makes (``tests/test_hamilton_plain_nodes.py``)
 
 from __future__ import annotations
 
-import copy
 import inspect
 import sys
 import typing
@@ -18,7 +17,7 @@ from types import FunctionType
 from typing import Any
 
 from .. import _declarations
-from .._types import accepts, validate_type
+from .._types import accepts, compatible, describe, validate_type
 from . import admitted
 from .admitted import LIFECYCLE, LIFECYCLE_SET
 from .names import declaration, hints, is_release, origin
@@ -107,24 +106,6 @@ class Facts:
     plain: bool
     """No Hamilton decorator and a signature read off the code object: the node Hamilton's
     ``resolve_nodes`` would create is built directly from these facts (``plain_node``)."""
-
-
-def clone(fn: FunctionType) -> FunctionType:
-    """A new function sharing code, globals and closure; modifier lists re-created with
-    shallow-copied modifier objects, so resolution cannot mutate the user's objects."""
-    new = FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
-    new.__kwdefaults__ = dict(fn.__kwdefaults__) if fn.__kwdefaults__ is not None else None
-    if fn.__dict__:
-        new.__dict__.update(fn.__dict__)
-    for lifecycle in LIFECYCLE:
-        modifiers = fn.__dict__.get(lifecycle)
-        if isinstance(modifiers, list):
-            new.__dict__[lifecycle] = [copy.copy(modifier) for modifier in modifiers]
-    new.__qualname__ = fn.__qualname__
-    new.__module__ = fn.__module__
-    new.__doc__ = fn.__doc__
-    new.__annotations__ = dict(fn.__annotations__)
-    return new
 
 
 def plain_node(fn_clone: FunctionType, facts: Facts) -> Any | None:
@@ -230,6 +211,7 @@ class SignatureChecks:
                 if not isinstance(replacing, FunctionType):
                     raise TypeError(f"{origin(fn)}: @does requires a Python function")
                 self.check_signature(replacing, shape_from_resolve=False)
+                self._check_replacement_return(fn, replacing)
         if len(profiles) > 1:
             raise ValueError(
                 f"{origin(fn)}: more than one optional validation profile ({', '.join(profiles)})"
@@ -239,6 +221,16 @@ class SignatureChecks:
             found, _declarations.ExecutionDeclaration | _declarations.ShutdownDeclaration
         ):
             raise TypeError(f"{origin(fn)}: unrecognised __sdax_declaration__")
+
+    def _check_replacement_return(self, fn: FunctionType, replacing: FunctionType) -> None:
+        """A ``does`` replacement returns what the declaration's annotation accepts."""
+        declared = self.facts[id(fn)].hints["return"]
+        produced = self.facts[id(replacing)].hints["return"]
+        if not compatible(produced, declared):
+            raise TypeError(
+                f"{origin(fn)}: @does replacement {origin(replacing)} returns "
+                f"{describe(produced)}, which the declared {describe(declared)} does not accept"
+            )
 
     def check_release(self, release: FunctionType) -> None:
         where = origin(release)
