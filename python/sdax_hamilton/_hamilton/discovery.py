@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from types import FunctionType, ModuleType
 from typing import Any
 
-from . import admitted
+from . import admitted, spark
 from .admitted import LIFECYCLE_SET
 from .names import check_defining_module, declaration, is_release, loaded, origin, shutdowns_of
 
@@ -47,6 +47,7 @@ def discover(modules: Iterable[ModuleType]) -> Discovered:
     for root in roots:
         _visit(root, reached, active)
     declarations = tuple(reached.values())
+    spark.check_declarations(declarations)
 
     releases: dict[int, FunctionType] = {}
     for fn in declarations:

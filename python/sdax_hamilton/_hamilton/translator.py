@@ -7,7 +7,7 @@ from types import ModuleType
 from typing import Any
 
 from .._spec import NodeSpec
-from . import nodes, placement
+from . import nodes, placement, spark
 from .discovery import discover
 from .interceptors import Resolver
 from .provenance import Generated
@@ -34,5 +34,6 @@ def translate(modules: tuple[ModuleType, ...], config: Mapping[str, Any]) -> dic
     nodes.hamilton_edge_check(by_name, config)
     placed = placement.place(found.declarations, by_name, checks)
     nodes.check_releases(by_name, placed)
+    spark.check_graph(by_name, placed)
     borrows = placement.borrows(by_name, frozenset(placed.releases))
     return nodes.specs(by_name, placed, borrows)
