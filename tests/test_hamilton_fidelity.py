@@ -262,6 +262,44 @@ def out(loaded: dict) -> dict:
     assert json.loads(target.read_text()) == {"seen": 1}
 
 
+def test_configuration_binding_hamilton_would_ignore_is_refused(make_module: Any) -> None:
+    # Hamilton 1.90's parameterize family leaves such a parameter an ordinary input.
+    mod = make_module(
+        HEADER
+        + """
+from hamilton.function_modifiers import configuration
+
+@inject(x=configuration("k"))
+def a(x: int) -> int:
+    return x
+"""
+    )
+    with pytest.raises(ValueError, match=r"node 'a': parameter 'x' is bound with configuration"):
+        Driver(mod, config={"k": 1})
+
+
+def test_subdag_literal_input_is_checked_by_the_edge_check(make_module: Any) -> None:
+    inner = make_module(
+        """
+def inner(y: int) -> int:
+    return y
+"""
+    )
+    mod = make_module(
+        HEADER
+        + f"""
+import {inner.__name__} as inner_module
+from hamilton.function_modifiers import subdag
+
+@subdag(inner_module, inputs={{"y": value("text")}})
+def mounted(inner: int) -> int:
+    return inner
+"""
+    )
+    with pytest.raises(ValueError, match=r"mounted.inner is expecting mounted.y"):
+        Driver(mod)
+
+
 # ------------------------------------------------------------------ does
 
 

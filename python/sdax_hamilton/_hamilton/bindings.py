@@ -86,6 +86,12 @@ def check_mapping(
         if found is None:
             continue  # Hamilton reports a binding of an unknown parameter itself
         expected = found[0]
+        if _is(binding, "ConfigDependency"):
+            raise ValueError(
+                f"node {output!r}: parameter {parameter!r} is bound with configuration(...), "
+                f"which Hamilton 1.90's {how} does not apply (the parameter would silently "
+                "become an input); bind value(...) or source(...) instead"
+            )
         if _is(binding, "LiteralDependency"):
             _check_literal(output, parameter, expected, binding.value, how)
         elif _is(binding, "GroupedListDependency") or _is(binding, "GroupedDictDependency"):
