@@ -2,11 +2,14 @@
 
 A ``Driver`` (``driver.py``) discovers the declarations of the supplied modules
 (``discovery.py``), checks them (``signatures.py``), expands each one with Hamilton's own
-decorator lifecycle (``resolve_nodes``) on a private clone while interceptors record which
+decorator lifecycle (``resolve_nodes``) on a private clone (``snapshot.py``: nothing the
+user can change later is referenced), checking every bound value on the way
+(``bindings.py``), while interceptors record which
 generated nodes call which declaration, which only project, validate or pipe a value, and
 which are synthetic I/O adapters (``interceptors.py``, ``provenance.py``), then indexes the
 generated nodes (``nodes.py``), places ``execution`` policies and ``shutdown`` releases on
-them (``placement.py``) and hands planning a table of ``NodeSpec``. Only admitted
+them (``placement.py``), refuses what Spark's lazy evaluation breaks (``spark.py``) and
+hands planning a table of ``NodeSpec``. Only admitted
 decorators, by exact class, are translated (``admitted.py``), and only under the tested
 Hamilton series (``version.py``). ``translator.py`` runs the steps in order.
 
