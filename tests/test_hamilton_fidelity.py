@@ -671,3 +671,45 @@ def test_core_decorators_need_no_plugin_backend(mode: str, tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr[-3000:]
     assert "{'shown': '8'}" in done.stdout
     assert "loaded []" in done.stdout
+
+
+def test_parameterize_extract_columns_bindings_are_a_snapshot(make_module: Any) -> None:
+    mod = make_module(
+        HEADER
+        + """
+import pandas as pd
+from hamilton.function_modifiers import ParameterizedExtract, parameterize_extract_columns
+
+SCALE = value(2)
+
+@parameterize_extract_columns(ParameterizedExtract(("c",), {"factor": SCALE}))
+def frame(factor: int) -> pd.DataFrame:
+    return pd.DataFrame({"c": [factor]})
+"""
+    )
+    driver = Driver(mod)
+    mod.SCALE.value = 100
+    assert run(driver, ["c"])["c"].tolist() == [2]
+    assert run(Driver(mod), ["c"])["c"].tolist() == [100]
+
+
+def test_pipeline_steps_on_one_source_keep_every_requirement(make_module: Any) -> None:
+    mod = make_module(
+        HEADER
+        + """
+def _add(v: int, amount: int) -> int:
+    return v + amount
+
+def _scale(v: int, factor: object) -> int:
+    return v * 2 if factor else v
+
+@pipe_input(step(_add, amount=source("k")), step(_scale, factor=source("k")))
+def a(v: int) -> int:
+    return v
+"""
+    )
+    plan = Driver(mod).prepare(["a"])
+    assert set(plan.required_inputs["k"]) == {int, object}
+    assert asyncio.run(plan.execute(inputs={"v": 1, "k": 2})) == {"a": 6}
+    with pytest.raises(TypeError, match=r"input 'k' expects int, got float"):
+        asyncio.run(plan.execute(inputs={"v": 1, "k": 2.0}))

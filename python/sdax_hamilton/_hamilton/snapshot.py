@@ -86,12 +86,20 @@ def _parameterization(parameterization: Mapping[str, Any]) -> dict[str, Any]:
     return copied
 
 
+def _extract_snapshot(extract: Any) -> Any:
+    new = copy.copy(extract)
+    new.input_mapping = _bindings(extract.input_mapping)
+    return new
+
+
 def modifier_snapshot(modifier: object) -> object:
     """A shallow copy of a decorator object with the parts resolution reads copied too."""
     new: Any = copy.copy(modifier)
     kind = admitted.admitted_kind(type(modifier))
     if kind == "parameterize":
         new.parameterization = _parameterization(new.parameterization)
+    elif kind == "parameterize_extract" and hasattr(new, "extract_config"):
+        new.extract_config = tuple(_extract_snapshot(item) for item in new.extract_config)
     elif kind in ("pipe_input", "pipe_output"):
         new.transforms = tuple(step_snapshot(item) for item in new.transforms)
     elif kind == "does":
