@@ -276,3 +276,17 @@ def loaded(spark: SparkSession) -> tuple[ps.DataFrame, dict]:
 """
     )
     refused(mod, "loader or saver")
+
+
+def test_load_from_into_a_lazy_plan_is_refused(module: Callable[[str], types.ModuleType]) -> None:
+    mod = module(
+        HEADER
+        + """
+from hamilton.function_modifiers import load_from, source, value
+
+@load_from.csv(path=value("/tmp/never.csv"), spark=source("spark"))
+def final(df: ps.DataFrame) -> ps.DataFrame:
+    return df
+"""
+    )
+    refused(mod, "loader or saver")

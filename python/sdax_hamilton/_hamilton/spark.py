@@ -13,6 +13,7 @@ hold Spark values when the user's modules imported it.
 from __future__ import annotations
 
 import sys
+import typing
 from collections.abc import Iterable, Mapping
 from types import FunctionType
 from typing import Any
@@ -103,10 +104,17 @@ def check_graph(by_name: Mapping[str, Generated], placement: Placement) -> None:
             )
 
 
+_IO_KINDS = frozenset({"dataloader", "creator", "load_from", "save_to"})
+
+
+def _mentions_lazy(tp: Any) -> bool:
+    return is_lazy(tp) or any(_mentions_lazy(arg) for arg in typing.get_args(tp))
+
+
 def _check_io(by_name: Mapping[str, Generated], lazy: set[str]) -> None:
     for name, item in by_name.items():
         io = item.prov.kind == IO or any(
-            admitted.admitted_kind(type(m)) in ("dataloader", "creator")
+            admitted.admitted_kind(type(m)) in _IO_KINDS
             for _l, m in admitted.modifiers(item.prov.decl)
         )
         if not io:
@@ -115,7 +123,8 @@ def _check_io(by_name: Mapping[str, Generated], lazy: set[str]) -> None:
         if (
             name in lazy
             or inputs & lazy
-            or any(is_lazy(tp) for tp, _ in item.node.input_types.values())
+            or _mentions_lazy(item.node.type)
+            or any(_mentions_lazy(tp) for tp, _ in item.node.input_types.values())
         ):
             raise ValueError(
                 f"node {name!r} ({origin(item.prov.decl)}): a loader or saver connected to a "
