@@ -361,6 +361,22 @@ def test_parameters_bound_to_one_source_keep_every_requirement(make_module: Any)
         asyncio.run(plan.execute(inputs={"k": 2.5}))
 
 
+def test_a_bound_source_named_like_an_unbound_parameter_keeps_both(make_module: Any) -> None:
+    mod = make_module(
+        HEADER
+        + """
+@inject(b=source("k"))
+def a(b: int, k: object) -> int:
+    return b
+"""
+    )
+    plan = Driver(mod).prepare(["a"])
+    assert set(plan.required_inputs["k"]) == {int, object}
+    with pytest.raises(TypeError, match=r"input 'k' expects int, got str"):
+        asyncio.run(plan.execute(inputs={"k": "x"}))
+    assert asyncio.run(plan.execute(inputs={"k": 4})) == {"a": 4}
+
+
 def test_producer_must_satisfy_every_bound_parameter(make_module: Any) -> None:
     mod = make_module(
         HEADER

@@ -131,6 +131,15 @@ def sources_of(modifier: Any, node_: Any) -> dict[str, dict[str, tuple[Bound, ..
                 else Bound(parameter, declared[0], False)
             )
             by_source.setdefault(binding.source, []).append(bound)
+        for source, items in by_source.items():
+            # a parameter left unbound keeps its own name: it shares the source's value
+            declared = node_.input_types.get(source)
+            if declared is not None and source not in mapping:
+                items.append(
+                    Bound(source, declared[0], True, defaults[source])
+                    if source in defaults
+                    else Bound(source, declared[0], False)
+                )
         found[output] = {source: tuple(items) for source, items in by_source.items()}
     return found
 
