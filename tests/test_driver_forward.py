@@ -225,6 +225,7 @@ async def test_output_check_failure_is_a_type_error_never_retried() -> None:
             a,
             retries=3,
             retryable=(Exception,),
+            output_type=int,
             output_check=lambda value: isinstance(value, int),
         )
     ]
@@ -233,7 +234,7 @@ async def test_output_check_failure_is_a_type_error_never_retried() -> None:
             await execute(nodes, ["a"])
     (leaf,) = info.value.exceptions
     assert type(leaf) is TypeError
-    assert str(leaf) == "Invalid output from a (tests.a)"
+    assert str(leaf) == "Invalid output from a (tests.a) — output 'a' expects int, got str"
     assert calls == 1
 
 

@@ -160,7 +160,9 @@ async def test_release_gets_the_raw_value_when_the_output_fails_its_check() -> N
     with clean_loop():
         with pytest.raises(ExecutionError) as info:
             await execute([node], ["conn"])
-    assert str(info.value.exceptions[0]) == "Invalid output from conn (tests.conn)"
+    assert str(info.value.exceptions[0]) == (
+        "Invalid output from conn (tests.conn) — output 'conn' expects Conn, got str"
+    )
     (acq,) = records
     assert acq.has_value and not acq.is_valid
     assert acq.raw_value == "not a Conn"

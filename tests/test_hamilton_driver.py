@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sdax_hamilton import Driver
-from sdax_hamilton import _hamilton as translation
+from sdax_hamilton._hamilton import admitted, version
 from sdax_hamilton._spec import NodeSpec
 
 SIMPLE = """
@@ -75,7 +75,7 @@ def test_hamilton_outside_the_tested_series_is_refused(
     make_module: Any, monkeypatch: pytest.MonkeyPatch, found: str
 ) -> None:
     mod = make_module(SIMPLE)
-    monkeypatch.setattr(translation, "_installed_hamilton_version", lambda: found)
+    monkeypatch.setattr(version, "installed_hamilton_version", lambda: found)
     with pytest.raises(RuntimeError) as info:
         Driver(mod)
     assert found in str(info.value)
@@ -87,16 +87,16 @@ def test_hamilton_in_the_tested_series_is_admitted(
     make_module: Any, monkeypatch: pytest.MonkeyPatch, found: str
 ) -> None:
     mod = make_module(SIMPLE)
-    monkeypatch.setattr(translation, "_installed_hamilton_version", lambda: found)
+    monkeypatch.setattr(version, "installed_hamilton_version", lambda: found)
     assert list(nodes(Driver(mod))) == ["a"]
 
 
 def test_installed_hamilton_is_the_tested_series() -> None:
-    assert translation._series(translation._installed_hamilton_version()) == (1, 90)
+    assert version.series(version.installed_hamilton_version()) == (1, 90)
 
 
 def test_version_gate_runs_before_the_module_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(translation, "_installed_hamilton_version", lambda: "1.95.0")
+    monkeypatch.setattr(version, "installed_hamilton_version", lambda: "1.95.0")
     with pytest.raises(RuntimeError, match=r"1\.95\.0"):
         Driver()
 
@@ -117,9 +117,9 @@ def test_plugin_decorator_without_its_backend_is_refused(
             return df
         """
     )
-    real = translation._backend_installed
+    real = admitted.backend_installed
     monkeypatch.setattr(
-        translation, "_backend_installed", lambda backend: backend != "pandas" and real(backend)
+        admitted, "backend_installed", lambda backend: backend != "pandas" and real(backend)
     )
     with pytest.raises(ValueError, match=r"unsupported Hamilton decorator with_columns.*pandas"):
         Driver(mod)
@@ -249,7 +249,9 @@ def test_release_is_found_through_its_owner_wherever_defined(make_module: Any) -
     specs = nodes(Driver(owner_module))
     release = specs["handle"].release
     assert release is not None
-    assert release.call is releases._close
+    # a snapshot of the release: the same code, not the live function object
+    assert release.call is not releases._close
+    assert release.call.__code__ is releases._close.__code__
     assert release.origin == f"{releases.__name__}._close"
     assert release.policy.timeout == 2.0
     assert release.acquisition_type is owner_module.Handle
@@ -533,7 +535,7 @@ def test_release_types_compatible_with_the_owner(make_module: Any, annotation: s
     )
     release = nodes(Driver(mod))["handle"].release
     assert release is not None
-    assert release.call is mod.r
+    assert release.call.__code__ is mod.r.__code__  # a snapshot of the release
 
 
 # ------------------------------------------------------------------ 5.6 snapshot and nodes
@@ -786,8 +788,10 @@ def release_two(acquired: Acquisition[int]) -> None:
 """
     )
     specs = nodes(Driver(mod))
-    assert specs["one"].release is not None and specs["one"].release.call is mod.release_one
-    assert specs["two"].release is not None and specs["two"].release.call is mod.release_two
+    assert specs["one"].release is not None
+    assert specs["one"].release.call.__code__ is mod.release_one.__code__
+    assert specs["two"].release is not None
+    assert specs["two"].release.call.__code__ is mod.release_two.__code__
 
 
 def test_overlapping_release_targets_are_duplicates(make_module: Any) -> None:
@@ -908,11 +912,14 @@ def profiles(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Pretend ``check_output_custom`` belongs to a profile (the backends are not installed)."""
     from hamilton.function_modifiers import validation  # type: ignore[import-untyped]
 
-    def assign(**by_class: str) -> None:
-        for name, profile in by_class.items():
-            monkeypatch.setitem(translation._PROFILES, getattr(validation, name), profile)
+    real = admitted.profile_of
 
-    translation._admitted()
+    def assign(**by_class: str) -> None:
+        assigned = {getattr(validation, name): profile for name, profile in by_class.items()}
+        monkeypatch.setattr(
+            admitted, "profile_of", lambda modifier: assigned.get(type(modifier)) or real(modifier)
+        )
+
     return assign
 
 

@@ -24,6 +24,14 @@ class InputSpec:
     """The annotation this node requires of the value."""
     has_default: bool
     default: Any = None
+    also: tuple[Any, ...] = ()
+    """Further annotations this node requires of the same value: several parameters of the
+    node's function bound to one source (docs/bindings.md)."""
+
+    @property
+    def types(self) -> tuple[Any, ...]:
+        """Every annotation this node requires of the value."""
+        return (self.type, *self.also) if self.also else (self.type,)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,15 @@ from collections.abc import Callable, Iterator
 from itertools import repeat
 from typing import Any, Final, Literal, Union, get_args, get_origin
 
-__all__ = ["accepts", "checker", "compatible", "describe", "validate_type"]
+__all__ = [
+    "accepts",
+    "checker",
+    "compatible",
+    "describe",
+    "invalid_output",
+    "mismatch",
+    "validate_type",
+]
 
 NoneType: Final = type(None)
 
@@ -121,6 +129,18 @@ def describe(tp: Any) -> str:
         return tp.__qualname__
     text = repr(tp)
     return text.replace("typing.", "")
+
+
+def mismatch(what: str, expected: Any, value: Any) -> str:
+    """``input 'dsn' expects str, got int``: what was expected and the type of what arrived
+    (``what`` names the place, e.g. ``"input 'dsn'"``), never the value itself."""
+    return f"{what} expects {describe(expected)}, got {describe(type(value))}"
+
+
+def invalid_output(name: str, origin: str, expected: Any, value: Any) -> TypeError:
+    """The error for a node output its annotation does not accept."""
+    detail = mismatch(f"output {name!r}", expected, value)
+    return TypeError(f"Invalid output from {name} ({origin}) — {detail}")
 
 
 def _error(where: str, tp: Any, exc: _Unsupported) -> TypeError:

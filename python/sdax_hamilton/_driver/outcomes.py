@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from .._declarations import Acquisition
 from .._failures import add_note_once
+from .._types import invalid_output
 from .attempts import Attempt, AttemptMechanics, AttemptState
 from .reporter import plural
 from .runtime import is_retryable
@@ -77,7 +78,7 @@ class OutcomeHandling(AttemptMechanics):
                     self._fail(attempt, broken, False)
                     return
                 if not ok:
-                    invalid = TypeError(f"Invalid output from {node.name} ({node.origin})")
+                    invalid = invalid_output(node.name, node.origin, node.output_type, value)
                     self._fail(attempt, invalid, False)
                     return
             self._values[node.name] = value

@@ -1,0 +1,39 @@
+"""The translation, step by step: discover, check, resolve, index, place, specify."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import ModuleType
+from typing import Any
+
+from .._spec import NodeSpec
+from . import nodes, placement, spark
+from .discovery import discover
+from .interceptors import Resolver
+from .provenance import Generated
+from .signatures import SignatureChecks
+
+
+def translate(modules: tuple[ModuleType, ...], config: Mapping[str, Any]) -> dict[str, NodeSpec]:
+    """Compile ``modules`` under ``config`` into the node table planning works on."""
+    found = discover(modules)
+    checks = SignatureChecks()
+    for fn in found.declarations:
+        checks.check_declaration(fn)
+    for release in found.releases:
+        checks.check_release(release)
+
+    resolver = Resolver(checks.facts)
+    generated: list[Generated] = []
+    for fn in found.roots:
+        generated.extend(resolver.resolve(fn, dict(config), ()))
+    checks.facts.clear()  # served node creation; free it before the specs are made
+
+    by_name = nodes.index(generated)
+    del generated
+    nodes.hamilton_edge_check(by_name, config)
+    placed = placement.place(found.declarations, by_name, checks)
+    nodes.check_releases(by_name, placed)
+    spark.check_graph(by_name, placed)
+    borrows = placement.borrows(by_name, frozenset(placed.releases))
+    return nodes.specs(by_name, placed, borrows)
