@@ -206,6 +206,7 @@ impl Driver {
                     assert_eq!(self.sleeping.remove(&c.job), Some(c.attempt));
                     self.stopped.insert(c.job);
                 }
+                other => panic!("{other:?} without a deadline or a retry_after hook: {c:?}"),
             }
         }
     }
