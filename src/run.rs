@@ -6,7 +6,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyInt, PyList};
 
-use sdax_core::{Command, Hint, Run};
+use sdax_core::{Command, Failure, Hint, Run};
 
 use crate::graph::PyPlan;
 use crate::policy::type_name;
@@ -28,6 +28,15 @@ fn job_id(job: &Bound<'_, PyAny>, event: &str) -> PyResult<i64> {
                 Err(e)
             }
         }
+    }
+}
+
+/// The wait of a retry the core scheduled; `None` when it did not (yet) schedule one: a
+/// final failure, an ignored report, or a HINT to carry out first.
+fn retry_delay(decided: Failure) -> Option<f64> {
+    match decided {
+        Failure::Retry { delay } => Some(delay),
+        Failure::Final | Failure::Ignored | Failure::AskHook => None,
     }
 }
 
@@ -54,8 +63,12 @@ impl PyRun {
 #[pymethods]
 impl PyRun {
     #[new]
-    #[pyo3(signature = (plan, seed=None))]
-    fn py_new(plan: &Bound<'_, PyPlan>, seed: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (plan, seed=None, *, instant_retries=false))]
+    fn py_new(
+        plan: &Bound<'_, PyPlan>,
+        seed: Option<&Bound<'_, PyAny>>,
+        instant_retries: bool,
+    ) -> PyResult<Self> {
         let seed = match seed {
             None => None,
             Some(s) if s.is_none() => None,
@@ -77,7 +90,8 @@ impl PyRun {
             }
         };
         Ok(PyRun {
-            core: Run::new(Arc::clone(&plan.get().core), seed),
+            core: Run::new(Arc::clone(&plan.get().core), seed)
+                .with_instant_retries(instant_retries),
             out: Vec::with_capacity(8),
         })
     }
@@ -103,11 +117,12 @@ impl PyRun {
         py: Python<'py>,
         job: &Bound<'py, PyAny>,
         retryable: bool,
-    ) -> PyResult<Bound<'py, PyList>> {
-        self.core
+    ) -> PyResult<(Option<f64>, Bound<'py, PyList>)> {
+        let decided = self
+            .core
             .failed(job_id(job, "failed")?, retryable, &mut self.out)
             .map_err(run_err)?;
-        self.commands(py)
+        Ok((retry_delay(decided), self.commands(py)?))
     }
 
     /// What the job's `retry_after` hook returned: an int/float (not bool) is the wait,
@@ -117,7 +132,7 @@ impl PyRun {
         py: Python<'py>,
         job: &Bound<'py, PyAny>,
         hint: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyList>> {
+    ) -> PyResult<(Option<f64>, Bound<'py, PyList>)> {
         let hint = if hint.is_none() {
             Hint::Backoff
         } else if hint.is_exact_instance_of::<PyFloat>() || hint.is_exact_instance_of::<PyInt>() {
@@ -126,10 +141,11 @@ impl PyRun {
         } else {
             Hint::Unusable
         };
-        self.core
+        let decided = self
+            .core
             .hinted(job_id(job, "hinted")?, hint, &mut self.out)
             .map_err(run_err)?;
-        self.commands(py)
+        Ok((retry_delay(decided), self.commands(py)?))
     }
 
     /// The job's `retry_after` hook raised: the failure is final.
@@ -137,11 +153,12 @@ impl PyRun {
         &mut self,
         py: Python<'py>,
         job: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyList>> {
-        self.core
+    ) -> PyResult<(Option<f64>, Bound<'py, PyList>)> {
+        let decided = self
+            .core
             .hinted(job_id(job, "hint_failed")?, Hint::Unusable, &mut self.out)
             .map_err(run_err)?;
-        self.commands(py)
+        Ok((retry_delay(decided), self.commands(py)?))
     }
 
     /// Give the forward phase a deadline on the driver's clock (`None`: none).
@@ -190,6 +207,22 @@ impl PyRun {
             .unstarted(job_id(job, "unstarted")?, &mut self.out)
             .map_err(run_err)?;
         self.commands(py)
+    }
+
+    fn rejected<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.core
+            .rejected(job_id(job, "rejected")?, &mut self.out)
+            .map_err(run_err)?;
+        self.commands(py)
+    }
+
+    #[getter]
+    fn instant_retries(&self) -> bool {
+        self.core.instant_retries()
     }
 
     fn cancel<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {

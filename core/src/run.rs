@@ -1,7 +1,8 @@
 //! The per-run scheduling state machine.
 //!
 //! A [`Run`] is driven by events (an attempt succeeded / failed, a retry wait elapsed, a
-//! cancelled attempt drained, a START was never carried out, the caller cancelled) and
+//! cancelled attempt drained, a START was never carried out, a node's input was rejected
+//! before its first attempt, the caller cancelled) and
 //! answers each with the [`Command`]s to carry out, in order. It never looks at a clock:
 //! time is the driver's business, which keeps the machine deterministic given its seed.
 //! A run with a deadline ([`Run::set_deadline`]) is told the time instead ([`Run::clock`],
@@ -80,6 +81,8 @@ pub enum JobState {
     Failed,
     /// Forward only: cancelled by the core and drained (or reported unstarted).
     Drained,
+    /// Forward only: its input was rejected before attempt 0; nothing was called.
+    Rejected,
     /// Forward only: its retry wait was dropped by the core (STOP_SLEEP).
     Stopped,
     /// Between a failed attempt and the report of its `retry_after` hook (HINT).
@@ -102,6 +105,7 @@ impl JobState {
             JobState::Succeeded => "already succeeded",
             JobState::Failed => "already failed",
             JobState::Drained => "already drained",
+            JobState::Rejected => "rejected",
             JobState::Stopped => "stopped",
             JobState::Hinting => "waiting for its retry_after hint",
             JobState::Expired => "expired",
@@ -121,6 +125,20 @@ pub enum Hint {
     Backoff,
     /// The hook raised or returned something that is not a number or `None`.
     Unusable,
+}
+
+/// What [`Run::failed`] decided for the failed attempt.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Failure {
+    /// Another attempt follows after a wait of `delay` seconds (the SLEEP command's arg).
+    Retry { delay: f64 },
+    /// The job failed for good: nonretryable, retries exhausted, or the run aborted.
+    Final,
+    /// The job was being cancelled by the core: the report changes nothing.
+    Ignored,
+    /// A retry is allowed and the job has a `retry_after` hook: the HINT command asks the
+    /// driver for it; [`Run::hinted`] then decides.
+    AskHook,
 }
 
 /// Misuse of the protocol. The run is unchanged when one is returned.
@@ -211,6 +229,8 @@ pub struct Run {
     deadline: Option<f64>,
     /// The driver's time as last told ([`Run::clock`]).
     now: f64,
+    /// Test mode: every retry wait is 0 seconds (the attempts are unchanged).
+    instant_retries: bool,
 }
 
 enum Target {
@@ -242,6 +262,7 @@ impl Run {
             rng: None,
             deadline: None,
             now: 0.0,
+            instant_retries: false,
         }
     }
 
@@ -272,6 +293,19 @@ impl Run {
     #[inline]
     fn left(&self) -> Option<f64> {
         self.deadline.map(|d| d - self.now)
+    }
+
+    /// Builder: make every retry wait (of nodes and of releases) 0 seconds, for tests.
+    /// Attempts, retry decisions and the order of events are unchanged, and no jitter is
+    /// drawn.
+    pub fn with_instant_retries(mut self, on: bool) -> Self {
+        self.instant_retries = on;
+        self
+    }
+
+    /// Whether retry waits are 0 seconds (see [`Run::with_instant_retries`]).
+    pub fn instant_retries(&self) -> bool {
+        self.instant_retries
     }
 
     /// The plan this run executes.
@@ -380,6 +414,9 @@ impl Run {
     }
 
     fn jitter(&mut self, policy: &Policy, retry: u32) -> f64 {
+        if self.instant_retries {
+            return 0.0;
+        }
         let seed = self.seed;
         let rng = self.rng.get_or_insert_with(|| match seed {
             Some(s) => SmallRng::seed_from_u64(s),
@@ -441,11 +478,11 @@ impl Run {
 
     /// A forward job's retry after the failure of `attempt` waits `delay`: SLEEP, or the
     /// failure is final when the wait would not end before the deadline.
-    fn schedule(&mut self, i: usize, attempt: u32, delay: f64, out: &mut Vec<Command>) {
+    fn schedule(&mut self, i: usize, attempt: u32, delay: f64, out: &mut Vec<Command>) -> Failure {
         if let Some(left) = self.left() {
             if delay >= left {
                 self.no_room(i, attempt, Some(delay), out);
-                return;
+                return Failure::Final;
             }
         }
         self.jobs[i].state = JobState::Sleeping;
@@ -455,6 +492,7 @@ impl Run {
             attempt,
             arg: Some(delay),
         });
+        Failure::Retry { delay }
     }
 
     fn no_room(&mut self, i: usize, attempt: u32, delay: Option<f64>, out: &mut Vec<Command>) {
@@ -476,7 +514,13 @@ impl Run {
     }
 
     /// A release's retry after the failure of `attempt` waits `delay`.
-    fn schedule_release(&mut self, i: usize, attempt: u32, delay: f64, out: &mut Vec<Command>) {
+    fn schedule_release(
+        &mut self,
+        i: usize,
+        attempt: u32,
+        delay: f64,
+        out: &mut Vec<Command>,
+    ) -> Failure {
         self.rels[i].state = JobState::Sleeping;
         out.push(Command {
             op: Op::Sleep,
@@ -484,6 +528,7 @@ impl Run {
             attempt,
             arg: Some(delay),
         });
+        Failure::Retry { delay }
     }
 
     #[inline]
@@ -592,7 +637,8 @@ impl Run {
     }
 
     /// The current attempt of `job` failed; `retryable` says whether the exception is in
-    /// the job's retryable set. A job that fails for good aborts the forward phase (for a
+    /// the job's retryable set. Returns what was decided: a retry after a delay (the SLEEP
+    /// command is appended), or a final failure, which aborts the forward phase (for a
     /// forward job) or completes its release (for a release job).
     ///
     /// Ignored for a forward job the core has CANCELled (only `drained` counts for it).
@@ -601,7 +647,7 @@ impl Run {
         job: i64,
         retryable: bool,
         out: &mut Vec<Command>,
-    ) -> Result<(), RunError> {
+    ) -> Result<Failure, RunError> {
         match self.target("failed", job)? {
             Target::Forward(i) => match self.jobs[i].state {
                 JobState::Running => {
@@ -610,6 +656,7 @@ impl Run {
                     if !self.aborted && policy.may_retry(attempt, retryable) {
                         if self.left().is_some_and(|left| left <= 0.0) {
                             self.no_room(i, attempt, None, out);
+                            Ok(Failure::Final)
                         } else if policy.retry_after() {
                             self.jobs[i].state = JobState::Hinting;
                             out.push(Command {
@@ -618,16 +665,17 @@ impl Run {
                                 attempt,
                                 arg: None,
                             });
+                            Ok(Failure::AskHook)
                         } else {
                             let delay = self.jitter(&policy, attempt);
-                            self.schedule(i, attempt, delay, out);
+                            Ok(self.schedule(i, attempt, delay, out))
                         }
                     } else {
                         self.fail_for_good(i, out);
+                        Ok(Failure::Final)
                     }
-                    Ok(())
                 }
-                JobState::Cancelling | JobState::Drained => Ok(()),
+                JobState::Cancelling | JobState::Drained => Ok(Failure::Ignored),
                 _ => Err(self.wrong("failed", &Target::Forward(i))),
             },
             Target::Release(i) => match self.rels[i].state {
@@ -643,16 +691,17 @@ impl Run {
                                 attempt,
                                 arg: None,
                             });
+                            Ok(Failure::AskHook)
                         } else {
                             let delay = self.jitter(&policy, attempt);
-                            self.schedule_release(i, attempt, delay, out);
+                            Ok(self.schedule_release(i, attempt, delay, out))
                         }
                     } else {
                         self.rels[i].state = JobState::Failed;
                         self.pending -= 1;
                         self.release_done(i, out);
+                        Ok(Failure::Final)
                     }
-                    Ok(())
                 }
                 _ => Err(self.wrong("failed", &Target::Release(i))),
             },
@@ -664,15 +713,21 @@ impl Run {
     /// jitter) or the backoff wait; an unusable hint makes the failure final
     /// ([`Op::BadHint`]). A forward wait is checked against the deadline like any other.
     ///
-    /// Ignored for a forward job whose failure became final meanwhile (the run aborted).
-    pub fn hinted(&mut self, job: i64, hint: Hint, out: &mut Vec<Command>) -> Result<(), RunError> {
+    /// Ignored for a forward job whose failure became final meanwhile (the run aborted):
+    /// returns [`Failure::Final`] with no commands.
+    pub fn hinted(
+        &mut self,
+        job: i64,
+        hint: Hint,
+        out: &mut Vec<Command>,
+    ) -> Result<Failure, RunError> {
         match self.target("hinted", job)? {
             Target::Forward(i) => match self.jobs[i].state {
                 JobState::Hinting => {
                     let policy = self.plan.policies[i];
                     let attempt = self.jobs[i].attempts - 1;
                     match self.hint_delay(&policy, attempt, hint) {
-                        Some(delay) => self.schedule(i, attempt, delay, out),
+                        Some(delay) => Ok(self.schedule(i, attempt, delay, out)),
                         None => {
                             out.push(Command {
                                 op: Op::BadHint,
@@ -681,11 +736,11 @@ impl Run {
                                 arg: None,
                             });
                             self.fail_for_good(i, out);
+                            Ok(Failure::Final)
                         }
                     }
-                    Ok(())
                 }
-                JobState::Failed if self.aborted => Ok(()),
+                JobState::Failed if self.aborted => Ok(Failure::Final),
                 _ => Err(self.wrong("hinted", &Target::Forward(i))),
             },
             Target::Release(i) => match self.rels[i].state {
@@ -693,7 +748,7 @@ impl Run {
                     let policy = self.plan.releases[i].unwrap_or_default();
                     let attempt = self.rels[i].attempts - 1;
                     match self.hint_delay(&policy, attempt, hint) {
-                        Some(delay) => self.schedule_release(i, attempt, delay, out),
+                        Some(delay) => Ok(self.schedule_release(i, attempt, delay, out)),
                         None => {
                             out.push(Command {
                                 op: Op::BadHint,
@@ -704,19 +759,21 @@ impl Run {
                             self.rels[i].state = JobState::Failed;
                             self.pending -= 1;
                             self.release_done(i, out);
+                            Ok(Failure::Final)
                         }
                     }
-                    Ok(())
                 }
                 _ => Err(self.wrong("hinted", &Target::Release(i))),
             },
         }
     }
 
-    /// The wait a hint gives, or `None` when the hint is unusable.
+    /// The wait a hint gives (0 with instant retries), or `None` when it is unusable.
     fn hint_delay(&mut self, policy: &Policy, attempt: u32, hint: Hint) -> Option<f64> {
         match hint {
-            Hint::Wait(v) => policy.hinted_delay(v),
+            Hint::Wait(v) => policy
+                .hinted_delay(v)
+                .map(|d| if self.instant_retries { 0.0 } else { d }),
             Hint::Backoff => Some(self.jitter(policy, attempt)),
             Hint::Unusable => None,
         }
@@ -795,6 +852,31 @@ impl Run {
                 }
                 _ => Err(self.wrong("unstarted", &Target::Release(i))),
             },
+        }
+    }
+
+    /// The input of forward `job` was rejected before its attempt 0 could call anything
+    /// (a missing value, a failed input check). The job fails for good without an attempt:
+    /// the attempt is not counted, no release is owed, and the forward phase aborts.
+    ///
+    /// Only the first attempt can be rejected (inputs are checked once). For a job the
+    /// core has CANCELled meanwhile it ends the job the same way (the run is aborted
+    /// already).
+    pub fn rejected(&mut self, job: i64, out: &mut Vec<Command>) -> Result<(), RunError> {
+        match self.target("rejected", job)? {
+            Target::Forward(i)
+                if self.jobs[i].attempts == 1
+                    && matches!(self.jobs[i].state, JobState::Running | JobState::Cancelling) =>
+            {
+                self.withdraw(i);
+                self.jobs[i].state = JobState::Rejected;
+                self.pending -= 1;
+                if !self.aborted {
+                    self.abort(out);
+                }
+                Ok(())
+            }
+            t => Err(self.wrong("rejected", &t)),
         }
     }
 
@@ -1231,6 +1313,135 @@ mod tests {
     }
 
     #[test]
+    fn failed_says_what_was_decided() {
+        let p = plan(
+            vec![
+                NodeDef::new("a", &[]).with_policy(retrying(1)),
+                NodeDef::new("b", &[]),
+            ],
+            &["a", "b"],
+        );
+        let mut r = Run::new(p, Some(7));
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        out.clear();
+        let Failure::Retry { delay } = r.failed(0, true, &mut out).unwrap() else {
+            panic!("a retryable first failure is retried")
+        };
+        assert_eq!(
+            out,
+            [Command {
+                op: Op::Sleep,
+                job: 0,
+                attempt: 0,
+                arg: Some(delay)
+            }]
+        );
+        out.clear();
+        r.elapsed(0, &mut out).unwrap();
+        out.clear();
+        assert_eq!(r.failed(0, true, &mut out).unwrap(), Failure::Final);
+        assert_eq!(out, [cmd(Op::Cancel, 1, 0)]);
+        out.clear();
+        assert_eq!(r.failed(1, true, &mut out).unwrap(), Failure::Ignored);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn instant_retries_wait_zero_and_keep_the_attempts() {
+        let p = plan(
+            vec![
+                NodeDef::new("conn", &[]).owned(Policy::new(None, 1, 3.0, 2.0).unwrap()),
+                NodeDef::new("a", &["conn"]).with_policy(retrying(2)),
+            ],
+            &["a"],
+        );
+        let (conn, a, n) = (0, 1, 2);
+        let mut r = Run::new(p, Some(1)).with_instant_retries(true);
+        assert!(r.instant_retries());
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        r.succeeded(conn, &mut out).unwrap();
+        for attempt in 0..2 {
+            out.clear();
+            assert_eq!(
+                r.failed(a, true, &mut out).unwrap(),
+                Failure::Retry { delay: 0.0 }
+            );
+            assert_eq!(out[0].arg, Some(0.0));
+            r.elapsed(a, &mut out).unwrap();
+            assert_eq!(r.attempts(a).unwrap(), attempt + 2);
+        }
+        out.clear();
+        assert_eq!(r.failed(a, true, &mut out).unwrap(), Failure::Final);
+        r.begin_shutdown(&mut out).unwrap();
+        out.clear();
+        assert_eq!(
+            r.failed(n + conn, true, &mut out).unwrap(),
+            Failure::Retry { delay: 0.0 }
+        );
+    }
+
+    #[test]
+    fn rejected_input_fails_the_node_without_an_attempt() {
+        let p = plan(
+            vec![
+                NodeDef::new("conn", &[]).owned(Policy::default()),
+                NodeDef::new("other", &[]),
+                NodeDef::new("late", &["other"]),
+            ],
+            &["conn", "late"],
+        );
+        let mut r = Run::new(p, None);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        out.clear();
+        r.rejected(0, &mut out).unwrap();
+        assert_eq!(out, [cmd(Op::Cancel, 1, 0)]);
+        assert_eq!(r.state(0), Some(JobState::Rejected));
+        assert!(r.aborted());
+        assert_eq!(r.attempts(0).unwrap(), 0);
+        assert_eq!(r.owed_releases(), 0);
+        assert!(r.rejected(0, &mut out).is_err());
+        assert!(
+            r.rejected(2, &mut out).is_err(),
+            "a waiting job has no input yet"
+        );
+        out.clear();
+        r.drained(1, &mut out).unwrap();
+        r.begin_shutdown(&mut out).unwrap();
+        assert!(out.is_empty() && r.finished());
+    }
+
+    #[test]
+    fn rejected_after_a_cancel_ends_the_job() {
+        let p = plan(
+            vec![NodeDef::new("a", &[]), NodeDef::new("b", &[])],
+            &["a", "b"],
+        );
+        let mut r = Run::new(p, None);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        out.clear();
+        r.failed(1, false, &mut out).unwrap();
+        assert_eq!(out, [cmd(Op::Cancel, 0, 0)]);
+        out.clear();
+        r.rejected(0, &mut out).unwrap();
+        assert!(out.is_empty());
+        assert_eq!(r.pending(), 0);
+        // only attempt 0 is ever checked
+        let p = plan(
+            vec![NodeDef::new("a", &[]).with_policy(retrying(1))],
+            &["a"],
+        );
+        let mut r = Run::new(p, None);
+        r.start(&mut out).unwrap();
+        r.failed(0, true, &mut out).unwrap();
+        r.elapsed(0, &mut out).unwrap();
+        assert!(r.rejected(0, &mut out).is_err());
+    }
+
+    #[test]
     fn seeded_runs_are_reproducible() {
         let p = plan(
             vec![NodeDef::new("a", &[]).with_policy(retrying(5))],
@@ -1362,7 +1573,7 @@ mod tests {
         let mut out = Vec::new();
         r.start(&mut out).unwrap();
         out.clear();
-        r.failed(0, true, &mut out).unwrap();
+        assert_eq!(r.failed(0, true, &mut out).unwrap(), Failure::AskHook);
         assert_eq!(out, [cmd(Op::Hint, 0, 0)]);
         assert_eq!(r.state(0), Some(JobState::Hinting));
         assert!(r.elapsed(0, &mut out).is_err());
@@ -1371,7 +1582,10 @@ mod tests {
         assert_eq!(out, [cmd(Op::Cancel, 1, 0)]);
         assert_eq!(r.state(0), Some(JobState::Failed));
         out.clear();
-        r.hinted(0, Hint::Wait(1.0), &mut out).unwrap();
+        assert_eq!(
+            r.hinted(0, Hint::Wait(1.0), &mut out).unwrap(),
+            Failure::Final
+        );
         assert!(out.is_empty());
         assert!(r.hinted(1, Hint::Backoff, &mut out).is_err());
     }
@@ -1389,9 +1603,48 @@ mod tests {
         r.start(&mut out).unwrap();
         out.clear();
         r.clock(1.0);
-        r.failed(0, true, &mut out).unwrap();
+        assert_eq!(r.failed(0, true, &mut out).unwrap(), Failure::Final);
         assert_eq!(out, [at(Op::NoRoom, 0, 0, None)]);
         assert_eq!(r.state(0), Some(JobState::Failed));
         assert_eq!(r.pending(), 0);
+    }
+
+    #[test]
+    fn hinted_decisions_and_instant_retries() {
+        let hooked = Policy::new(None, 3, 1.0, 2.0)
+            .unwrap()
+            .with_max_delay(Some(4.0))
+            .unwrap()
+            .with_retry_after(true);
+        let p = plan(vec![NodeDef::new("a", &[]).with_policy(hooked)], &["a"]);
+        let mut r = Run::new(Arc::clone(&p), Some(1));
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        r.failed(0, true, &mut out).unwrap();
+        out.clear();
+        assert_eq!(
+            r.hinted(0, Hint::Wait(9.0), &mut out).unwrap(),
+            Failure::Retry { delay: 4.0 }
+        );
+        assert_eq!(out, [at(Op::Sleep, 0, 0, Some(4.0))]);
+        r.elapsed(0, &mut out).unwrap();
+        r.failed(0, true, &mut out).unwrap();
+        out.clear();
+        assert_eq!(
+            r.hinted(0, Hint::Wait(-1.0), &mut out).unwrap(),
+            Failure::Final
+        );
+        assert_eq!(out, [cmd(Op::BadHint, 0, 1)]);
+        assert!(r.aborted());
+
+        let mut r = Run::new(p, Some(1)).with_instant_retries(true);
+        r.start(&mut out).unwrap();
+        r.failed(0, true, &mut out).unwrap();
+        out.clear();
+        assert_eq!(
+            r.hinted(0, Hint::Wait(3.0), &mut out).unwrap(),
+            Failure::Retry { delay: 0.0 }
+        );
+        assert!(r.hinted(0, Hint::Wait(3.0), &mut out).is_err());
     }
 }

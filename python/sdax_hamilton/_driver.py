@@ -306,7 +306,7 @@ class _RunContext:
         n = self._n
         if len(self._plan) != n:
             raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
-        self._run = _core.Run(self._plan, self._seed)
+        self._run = _core.Run(self._plan, self._seed, instant_retries=self._instant)
         self._loop = asyncio.get_running_loop()
         if asyncio.current_task() is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
@@ -722,8 +722,7 @@ class _RunContext:
             self._post((_RETURNED, attempt, result))
 
     def _sleep(self, job: int, delay: float | None) -> None:
-        wait = 0.0 if self._instant else (delay or 0.0)
-        self._sleeps[job] = self._loop.call_later(wait, self._post, (_ELAPSED, job, None))
+        self._sleeps[job] = self._loop.call_later(delay or 0.0, self._post, (_ELAPSED, job, None))
 
     def _cancel(self, job: int) -> None:
         attempt = self._running[job]
@@ -990,23 +989,18 @@ class _RunContext:
     def _fail(self, attempt: _Attempt, exc: BaseException, retryable: bool) -> None:
         job = attempt.job
         run = self._run
-        commands = run.failed(job, retryable)
-        delay: float | None = None
-        for op, command_job, _number, arg in commands:
-            if op == _SLEEP and command_job == job:
-                delay = 0.0 if self._instant else (arg or 0.0)
-                if logger.isEnabledFor(logging.WARNING):
-                    logger.warning(
-                        "%s: attempt %d failed with %s; retry %d in %.3f s",
-                        self._subject(job),
-                        run.attempts(job),
-                        type(exc).__qualname__,
-                        run.attempts(job),
-                        delay,
-                    )
-                break
-        else:
+        delay, commands = run.failed(job, retryable)
+        if delay is None:
             self._record(attempt, exc)
+        elif logger.isEnabledFor(logging.WARNING):
+            logger.warning(
+                "%s: attempt %d failed with %s; retry %d in %.3f s",
+                self._subject(job),
+                run.attempts(job),
+                type(exc).__qualname__,
+                run.attempts(job),
+                delay,
+            )
         if self._observers is not None:
             name = self._name(job)
             number = attempt.number + 1
@@ -1043,4 +1037,4 @@ class _RunContext:
         if self._observers is not None:
             self._emit("input_rejected", self._name(attempt.job), 0, error=exc)
         # Nothing was called: no attempt counted, no release owed; the core aborts the run.
-        self._execute(self._run.unstarted(attempt.job))
+        self._execute(self._run.rejected(attempt.job))

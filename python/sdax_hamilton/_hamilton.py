@@ -1285,9 +1285,6 @@ class _Translator:
                     f"shutdown Acquisition type does not accept {name} "
                     f"({release_spec.origin} for {by_name[name].prov.decl.__qualname__})"
                 )
-            policy = policies.get(name)
-            if policy is not None and policy.retries > 0:
-                raise ValueError(f"Acquisition retries require attempt cleanup: {name}")
 
         owned = frozenset(releases)
         borrows = self._borrows(by_name, owned)
@@ -1569,7 +1566,11 @@ class Driver:
         translator.check_declarations()
         self._nodes = translator.build()
         self._config = MappingProxyType(values)
-        self._graph: _core.Graph | None = None
+        from ._plan import compile_graph
+
+        # The core refuses what no plan could run (an owned node with forward retries),
+        # so those errors surface here, when the Driver is built.
+        self._graph: _core.Graph = compile_graph(self._nodes)
 
     def prepare(
         self,
@@ -1580,10 +1581,8 @@ class Driver:
         check_outputs: bool = True,
     ) -> PreparedPlan:
         """Select ``final_vars`` and compile a reusable ``PreparedPlan`` (SPEC 6)."""
-        from ._plan import build_plan, compile_graph
+        from ._plan import build_plan
 
-        if self._graph is None:
-            self._graph = compile_graph(self._nodes)
         return build_plan(
             self._nodes,
             self._config,
