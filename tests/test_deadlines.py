@@ -459,3 +459,46 @@ async def test_clipped_timeouts_are_noted_in_events(mod: Any) -> None:
         await plan.execute(timeout=0.2, observer=events.append)
     timed_out = [e for e in events if e.kind == "attempt_timed_out"]
     assert [(e.node, e.clipped) for e in timed_out] == [("hangs", True)]
+
+
+async def test_open_caller_cancellation_during_a_clipped_attempt(mod: Any) -> None:
+    plan = Driver(mod).prepare(["conn", "hangs"])
+    body: list[str] = []
+
+    async def use() -> None:
+        async with plan.open(timeout=30.0):
+            body.append("ran")
+
+    task = asyncio.create_task(use())
+    async with asyncio.timeout(10):
+        while "hangs" not in mod.LOG:
+            await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert body == []
+    assert mod.LOG == ["acquire", "hangs", "release"]
+
+
+async def test_concurrent_opens_each_release_after_their_own_deadline(mod: Any) -> None:
+    plan = Driver(mod).prepare(["conn", "hangs"])
+    ok = Driver(mod).prepare(["conn"])
+
+    async def failing() -> str:
+        try:
+            async with plan.open(timeout=0.2):
+                return "body ran"
+        except ExecutionError as error:
+            (leaf,) = error.exceptions
+            return type(leaf).__name__
+
+    async def succeeding() -> str:
+        async with ok.open(timeout=0.2) as out:
+            await asyncio.sleep(0.4)  # the body outlives the run's timeout: not counted
+            return type(out["conn"]).__name__
+
+    began = time.monotonic()
+    results = await asyncio.gather(failing(), succeeding(), failing())
+    assert results == ["TimeoutError", "Conn", "TimeoutError"]
+    assert mod.LOG.count("acquire") == 3 and mod.LOG.count("release") == 3
+    assert time.monotonic() - began < 5.0
