@@ -118,3 +118,22 @@ def test_run_budget_accepts(value: float | None) -> None:
 def test_run_budget_refuses(value: object, error: type[Exception]) -> None:
     with pytest.raises(error, match="timeout"):
         _core.run_budget(value)
+
+
+def test_the_plan_picture_shows_the_cap_and_the_hook(make_module: Any) -> None:
+    from sdax_hamilton import Driver
+
+    module = make_module(
+        """
+        from sdax_hamilton import execution
+
+        def hint(exc: BaseException) -> float | None:
+            return None
+
+        @execution(retries=2, max_delay=30.0, retry_after=hint)
+        async def fetch() -> int:
+            return 1
+        """
+    )
+    dot = Driver(module).prepare(["fetch"]).to_dot()
+    assert "retries 2, max wait 30s, retry_after" in dot
