@@ -502,3 +502,28 @@ async def test_concurrent_opens_each_release_after_their_own_deadline(mod: Any) 
     assert results == ["TimeoutError", "Conn", "TimeoutError"]
     assert mod.LOG.count("acquire") == 3 and mod.LOG.count("release") == 3
     assert time.monotonic() - began < 5.0
+
+
+async def test_an_async_hook_is_unusable_and_never_left_unawaited(make_module: Any) -> None:
+    mod = make_module(
+        """
+        from sdax_hamilton import execution
+
+        async def hook(exc: BaseException) -> float:
+            return 0.0
+
+        @execution(retries=2, initial_delay=0.0, retry_after=hook)
+        async def fails() -> int:
+            raise ConnectionError("down")
+        """
+    )
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine was never awaited" would be an error
+        with pytest.raises(ExecutionError) as info:
+            await Driver(mod).prepare(["fails"]).execute()
+    assert (
+        f"{PREFIX}node 'fails': its retry_after hook returned a coroutine instead of a number "
+        "or None; the retry was not taken"
+    ) in notes(only_leaf(info))

@@ -192,6 +192,8 @@ class OutcomeHandling(AttemptMechanics):
                 run.clock(self._loop.time())
             delay, commands = run.hint_failed(job)
             return delay, commands, problem
+        if type(value) is _CoroutineType:
+            value.close()  # an async hook: unusable (it is called, never awaited)
         if self._deadline is not None:
             run.clock(self._loop.time())
         delay, commands = run.hinted(job, value)
