@@ -527,3 +527,36 @@ async def test_an_async_hook_is_unusable_and_never_left_unawaited(make_module: A
         f"{PREFIX}node 'fails': its retry_after hook returned a coroutine instead of a number "
         "or None; the retry was not taken"
     ) in notes(only_leaf(info))
+
+
+async def test_a_hook_raising_keyboard_interrupt_stops_the_run_after_cleanup(
+    make_module: Any,
+) -> None:
+    mod = make_module(
+        """
+        from sdax_hamilton import Acquisition, execution, shutdown
+
+        LOG: list[str] = []
+        STOP = KeyboardInterrupt()
+
+        def hook(exc: BaseException) -> float:
+            raise STOP
+
+        async def res() -> int:
+            return 1
+
+        @shutdown(of=res)
+        async def close_res(record: Acquisition[int]) -> None:
+            LOG.append("release")
+
+        @execution(retries=2, initial_delay=0.0, retry_after=hook)
+        async def fails(res: int) -> int:
+            raise ConnectionError("down")
+        """
+    )
+    with pytest.raises(KeyboardInterrupt) as info:
+        await Driver(mod).prepare(["fails"]).execute()
+    assert info.value is mod.STOP
+    assert mod.LOG == ["release"]
+    (node_failure,) = failures(info.value)
+    assert type(node_failure) is ConnectionError
