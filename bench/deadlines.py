@@ -13,7 +13,10 @@ Runs interleaved on the same prepared plans, medians of batches, µs per execute
 Unused, these features must cost nothing: ``plain`` runs the same path as before except one
 ``is None`` test per run. Compare ``plain`` with PERFORMANCE.md (same machine, same shapes).
 
-    python bench/deadlines.py [--quick]
+    python bench/deadlines.py [--quick] [--plain-only]
+
+``--plain-only`` runs ``plain`` alone, so the same script can time a build from before these
+features existed (check it out, ``maturin develop --release``, run, compare).
 """
 
 from __future__ import annotations
@@ -33,7 +36,13 @@ from sdax_hamilton import Driver
 
 
 def chain(n: int, decorate: str) -> str:
-    lines = ["from sdax_hamilton import execution", "", "def hook(exc):", "    return None", ""]
+    lines = [
+        "from sdax_hamilton import execution",
+        "",
+        "def _hook(exc: BaseException) -> float | None:",
+        "    return None",
+        "",
+    ]
     for i in range(n):
         param = f"n{i - 1}: int" if i else "x: int"
         arg = f"n{i - 1}" if i else "x"
@@ -57,19 +66,28 @@ async def batch(run: Callable[[], Awaitable[Any]], inner: int) -> float:
     return (time.perf_counter() - start) / inner
 
 
-async def main(quick: bool) -> None:
+async def main(quick: bool, plain_only: bool) -> None:
     n = 50 if quick else 200
     reps = 5 if quick else 21
     inner = 20 if quick else 100
     plain = Driver(load("bench_dl_plain", chain(n, "@execution(retries=2)"))).prepare([f"n{n - 1}"])
-    capped = Driver(
-        load("bench_dl_capped", chain(n, "@execution(retries=2, max_delay=5.0, retry_after=hook)"))
-    ).prepare([f"n{n - 1}"])
+    capped = (
+        plain
+        if plain_only
+        else Driver(
+            load(
+                "bench_dl_capped",
+                chain(n, "@execution(retries=2, max_delay=5.0, retry_after=_hook)"),
+            )
+        ).prepare([f"n{n - 1}"])
+    )
     runners: dict[str, Callable[[], Awaitable[Any]]] = {
         "plain": lambda: plain.execute(inputs={"x": 0}),
         "timeout": lambda: plain.execute(inputs={"x": 0}, timeout=1e6),
         "capped": lambda: capped.execute(inputs={"x": 0}),
     }
+    if plain_only:  # also runs against a build from before these features (A/B)
+        runners = {"plain": runners["plain"]}
     for run in runners.values():
         assert (await run()) == {f"n{n - 1}": n}
     samples: dict[str, list[float]] = {name: [] for name in runners}
@@ -92,4 +110,6 @@ async def main(quick: bool) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument("--plain-only", action="store_true")
+    args = parser.parse_args()
+    asyncio.run(main(args.quick, args.plain_only))
