@@ -126,7 +126,7 @@ fn drive(case: &Case) {
     run.set_deadline(Some(deadline));
     let mut now = 0.0f64;
     let mut k = 0usize;
-    let mut next = |v: &Vec<f64>, k: &mut usize| {
+    let next = |v: &[f64], k: &mut usize| {
         let x = v[*k % v.len()];
         *k += 1;
         x
