@@ -560,3 +560,24 @@ async def test_a_hook_raising_keyboard_interrupt_stops_the_run_after_cleanup(
     assert mod.LOG == ["release"]
     (node_failure,) = failures(info.value)
     assert type(node_failure) is ConnectionError
+
+
+async def test_logs_name_the_runs_timeout(mod: Any, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="sdax_hamilton"):
+        with pytest.raises(ExecutionError):
+            await Driver(mod).prepare(["hangs"]).execute(timeout=0.2)
+        with pytest.raises(ExecutionError):
+            await (
+                Driver(mod).prepare(["after_block"]).execute(inputs={"seconds": 0.2}, timeout=0.05)
+            )
+    records = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == "sdax_hamilton"]
+    debug = [m for level, m in records if level == logging.DEBUG]
+    warnings = [m for level, m in records if level == logging.WARNING]
+    errors = [m for level, m in records if level == logging.ERROR]
+    assert any(m.startswith("run timeout 0.2") for m in debug), debug
+    assert any("(timeout clipped to the run's)" in m and "'hangs'" in m for m in debug), debug
+    assert any("cut short by the run's timeout" in m and "'hangs'" in m for m in warnings)
+    assert "node 'after_block': the run's timeout expired before it could start" in warnings, (
+        warnings
+    )
+    assert any("'after_block' failed before its first attempt" in m for m in errors), errors

@@ -80,7 +80,11 @@ class Reporter:
         """The run begins; ``deadline``: loop time at which its timeout ends the forward
         phase (``None``: the run has no timeout)."""
         if deadline is not None and self._debug:
-            logger.debug("run timeout: the forward phase ends by loop time %.3f", deadline)
+            logger.debug(
+                "run timeout %.3f s: the forward phase ends by loop time %.3f",
+                deadline - self._loop.time(),
+                deadline,
+            )
         if self._observers is not None:
             self._emit("run_started", "", 0, nodes=nodes, deadline=deadline)
 
@@ -207,6 +211,12 @@ class Reporter:
 
     def deadline_expired(self, job: int, number: int, error: BaseException) -> None:
         """The run's deadline passed before attempt ``number`` of ``job`` could start."""
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning(
+                "%s: the run's timeout expired before %s could start",
+                self._subject(job),
+                "it" if number == 1 else f"attempt {number}",
+            )
         if self._observers is not None:
             self._emit("deadline_expired", self._name(job), number, error=error)
 
