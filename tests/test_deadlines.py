@@ -581,3 +581,48 @@ async def test_logs_name_the_runs_timeout(mod: Any, caplog: pytest.LogCaptureFix
         warnings
     )
     assert any("'after_block' failed before its first attempt" in m for m in errors), errors
+
+
+CAPPED = """
+from sdax_hamilton import execution
+
+CALLS: list[int] = []
+
+@execution(retries=4, initial_delay=0.01, backoff_factor=3.0, max_delay=0.05)
+async def capped() -> int:
+    CALLS.append(1)
+    if len(CALLS) % 5:
+        raise ConnectionError()
+    return 1
+"""
+
+
+async def test_seeded_capped_waits_are_reproducible(make_module: Any) -> None:
+    from sdax_hamilton.testing import jitter_seed
+
+    mod = make_module(CAPPED)
+    plan = Driver(mod).prepare(["capped"])
+
+    async def delays() -> list[float]:
+        events: list[RunEvent] = []
+        with jitter_seed(11):
+            await plan.execute(observer=events.append)
+        return [e.delay for e in events if e.kind == "retry_scheduled" and e.delay is not None]
+
+    first, second = await delays(), await delays()
+    assert first == second and len(first) == 4
+    for k, d in enumerate(first):
+        base = min(0.05, 0.01 * 3.0**k)
+        assert base * 0.5 <= d <= base, (k, d)
+
+
+async def test_instant_retries_skip_hinted_waits_too(mod: Any) -> None:
+    plan = Driver(mod).prepare(["busy"])
+    events: list[RunEvent] = []
+    began = time.monotonic()
+    with instant_retries():
+        assert await plan.execute(inputs={"waits": [30.0, 20.0]}, observer=events.append) == {
+            "busy": 2
+        }
+    assert [e.delay for e in events if e.kind == "retry_scheduled"] == [0.0, 0.0]
+    assert time.monotonic() - began < 5.0
