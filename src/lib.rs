@@ -13,7 +13,7 @@ mod run;
 use pyo3::prelude::*;
 
 use graph::{PyGraph, PyPlan};
-use policy::{_make_policy, PyPolicy};
+use policy::{_make_policy, run_budget, PyPolicy};
 use run::PyRun;
 
 /// Rust core of sdax_hamilton: policy validation and jitter, graph compilation and
@@ -25,10 +25,16 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SLEEP", sdax_core::Op::Sleep as u8)?;
     m.add("CANCEL", sdax_core::Op::Cancel as u8)?;
     m.add("STOP_SLEEP", sdax_core::Op::StopSleep as u8)?;
+    m.add("HINT", sdax_core::Op::Hint as u8)?;
+    m.add("NO_ROOM", sdax_core::Op::NoRoom as u8)?;
+    m.add("EXPIRE", sdax_core::Op::Expire as u8)?;
+    m.add("START_CLIPPED", sdax_core::Op::StartClipped as u8)?;
+    m.add("BAD_HINT", sdax_core::Op::BadHint as u8)?;
     m.add_class::<PyPolicy>()?;
     m.add_class::<PyGraph>()?;
     m.add_class::<PyPlan>()?;
     m.add_class::<PyRun>()?;
     m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(run_budget, m)?)?;
     Ok(())
 }

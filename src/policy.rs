@@ -72,6 +72,8 @@ const RETRIES_REQ: &str = "retries must be a nonnegative integer";
 const TIMEOUT_REQ: &str = "timeout must be a finite number greater than 0 or None";
 const DELAY_REQ: &str = "initial_delay must be a finite number greater than or equal to 0";
 const FACTOR_REQ: &str = "backoff_factor must be a finite number greater than 0";
+const MAX_DELAY_REQ: &str = "max_delay must be a number greater than or equal to 0 or None";
+const HOOK_REQ: &str = "retry_after must be a callable taking the exception, or None";
 const SET_REQ: &str = "retryable_exceptions must be a nonempty tuple of exception classes";
 const MEMBER_REQ: &str = "retryable_exceptions must contain exception classes";
 const NEVER_RETRYABLE: &str = "External cancellation and process termination cannot be retryable";
@@ -135,10 +137,14 @@ pub(crate) struct PyPolicy {
     /// The retries value as given (the core saturates at `u32::MAX`).
     retries: Py<PyInt>,
     retryable: Option<Py<PyTuple>>,
+    /// The `retry_after` hook (the core only knows whether there is one).
+    retry_after: Option<Py<PyAny>>,
 }
 
 impl PyPolicy {
-    /// Validation in SPEC 2.2 order; `None` (the Rust option) = argument not given.
+    /// Validation in SPEC 2.2 order, then `max_delay` and `retry_after`; `None` (the Rust
+    /// option) = argument not given.
+    #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,
         timeout: Option<&Bound<'_, PyAny>>,
@@ -146,6 +152,8 @@ impl PyPolicy {
         retryable_exceptions: Option<&Bound<'_, PyAny>>,
         initial_delay: Option<&Bound<'_, PyAny>>,
         backoff_factor: Option<&Bound<'_, PyAny>>,
+        max_delay: Option<&Bound<'_, PyAny>>,
+        retry_after: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let (retries_obj, retries_core) = match retries {
             None => (0u32.into_pyobject(py)?.cast_into::<PyInt>()?, 0u32),
@@ -188,12 +196,34 @@ impl PyPolicy {
             None => None,
             Some(e) => validate_retryable(e)?.map(Bound::unbind),
         };
+        let max_delay_v = match max_delay {
+            Some(m) if !m.is_none() => Some(check_number(m, "max_delay", MAX_DELAY_REQ, |v| {
+                !v.is_nan() && v >= 0.0
+            })?),
+            _ => None,
+        };
+        let hook = match retry_after {
+            Some(h) if !h.is_none() => {
+                if !h.is_callable() {
+                    return Err(PyTypeError::new_err(format!(
+                        "Invalid retry_after: {} ({}); {HOOK_REQ}",
+                        safe_repr(h),
+                        type_name(h)
+                    )));
+                }
+                Some(h.clone().unbind())
+            }
+            _ => None,
+        };
         let core = Policy::new(timeout_v, retries_core, delay_v, factor_v)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+            .and_then(|p| p.with_max_delay(max_delay_v))
+            .map_err(|e| PyValueError::new_err(e.to_string()))?
+            .with_retry_after(hook.is_some());
         Ok(PyPolicy {
             core,
             retries: retries_obj.unbind(),
             retryable,
+            retry_after: hook,
         })
     }
 }
@@ -201,17 +231,20 @@ impl PyPolicy {
 #[pymethods]
 impl PyPolicy {
     /// Keyword-only; an argument that is not given takes its default, while an explicit
-    /// `None` is only valid for `timeout` and `retryable_exceptions`.
+    /// `None` is only valid for `timeout`, `retryable_exceptions`, `max_delay` and
+    /// `retry_after`.
     #[new]
     #[pyo3(signature = (**kwargs))]
     fn py_new(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Self> {
-        let mut args: [Option<Bound<'_, PyAny>>; 5] = [None, None, None, None, None];
-        const NAMES: [&str; 5] = [
+        let mut args: [Option<Bound<'_, PyAny>>; 7] = [None, None, None, None, None, None, None];
+        const NAMES: [&str; 7] = [
             "timeout",
             "retries",
             "retryable_exceptions",
             "initial_delay",
             "backoff_factor",
+            "max_delay",
+            "retry_after",
         ];
         if let Some(kwargs) = kwargs {
             for (key, value) in kwargs.iter() {
@@ -226,7 +259,8 @@ impl PyPolicy {
                 }
             }
         }
-        let [timeout, retries, retryable_exceptions, initial_delay, backoff_factor] = args;
+        let [timeout, retries, retryable_exceptions, initial_delay, backoff_factor, max_delay, retry_after] =
+            args;
         Self::build(
             py,
             timeout.as_ref(),
@@ -234,7 +268,19 @@ impl PyPolicy {
             retryable_exceptions.as_ref(),
             initial_delay.as_ref(),
             backoff_factor.as_ref(),
+            max_delay.as_ref(),
+            retry_after.as_ref(),
         )
+    }
+
+    #[getter]
+    fn max_delay(&self) -> Option<f64> {
+        self.core.max_delay()
+    }
+
+    #[getter]
+    fn retry_after(&self, py: Python<'_>) -> Option<Py<PyAny>> {
+        self.retry_after.as_ref().map(|h| h.clone_ref(py))
     }
     #[getter]
     fn timeout(&self) -> Option<f64> {
@@ -292,6 +338,11 @@ impl PyPolicy {
                         (Some(a), Some(b)) => a.bind(py).as_any().eq(b.bind(py).as_any())?,
                         _ => false,
                     }
+                    && match (&self.retry_after, &other.retry_after) {
+                        (None, None) => true,
+                        (Some(a), Some(b)) => a.bind(py).is(b.bind(py)),
+                        _ => false,
+                    }
             }
             _ => return Ok(py.NotImplemented()),
         };
@@ -312,6 +363,12 @@ impl PyPolicy {
                 self.core.backoff_factor().into_pyobject(py)?.into_any(),
                 match &self.retryable {
                     Some(t) => t.bind(py).clone().into_any(),
+                    None => py.None().into_bound(py),
+                },
+                self.core.max_delay().into_pyobject(py)?.into_any(),
+                // identity: the hook's own __hash__ (or its absence) does not matter
+                match &self.retry_after {
+                    Some(h) => (h.as_ptr() as usize).into_pyobject(py)?.into_any(),
                     None => py.None().into_bound(py),
                 },
             ],
@@ -345,9 +402,24 @@ impl PyPolicy {
             }
             None => "None".to_owned(),
         };
+        let mut extra = String::new();
+        if let Some(m) = self.core.max_delay() {
+            extra.push_str(&format!(
+                ", max_delay={}",
+                safe_repr(&PyFloat::new(py, m).into_any())
+            ));
+        }
+        if let Some(h) = &self.retry_after {
+            let h = h.bind(py);
+            let name = h
+                .getattr("__qualname__")
+                .and_then(|q| q.extract::<String>())
+                .unwrap_or_else(|_| format!("<{} object>", type_name(h)));
+            extra.push_str(&format!(", retry_after={name}"));
+        }
         format!(
             "Policy(timeout={timeout}, retries={}, retryable_exceptions={retryable}, \
-             initial_delay={}, backoff_factor={})",
+             initial_delay={}, backoff_factor={}{extra})",
             safe_repr(self.retries.bind(py).as_any()),
             safe_repr(&PyFloat::new(py, self.core.initial_delay()).into_any()),
             safe_repr(&PyFloat::new(py, self.core.backoff_factor()).into_any()),
@@ -380,6 +452,11 @@ impl PyPolicy {
                 },
                 this.core.initial_delay().into_pyobject(py)?.into_any(),
                 this.core.backoff_factor().into_pyobject(py)?.into_any(),
+                this.core.max_delay().into_pyobject(py)?.into_any(),
+                match &this.retry_after {
+                    Some(h) => h.bind(py).clone(),
+                    None => py.None().into_bound(py),
+                },
             ],
         )?;
         Ok((make, args))
@@ -387,7 +464,10 @@ impl PyPolicy {
 }
 
 /// Unpickling helper for `Policy` (positional form of the keyword-only constructor).
+/// `max_delay` and `retry_after` are optional so pickles of older policies still load.
 #[pyfunction]
+#[pyo3(signature = (timeout, retries, retryable_exceptions, initial_delay, backoff_factor, max_delay=None, retry_after=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn _make_policy(
     py: Python<'_>,
     timeout: &Bound<'_, PyAny>,
@@ -395,6 +475,8 @@ pub(crate) fn _make_policy(
     retryable_exceptions: &Bound<'_, PyAny>,
     initial_delay: &Bound<'_, PyAny>,
     backoff_factor: &Bound<'_, PyAny>,
+    max_delay: Option<&Bound<'_, PyAny>>,
+    retry_after: Option<&Bound<'_, PyAny>>,
 ) -> PyResult<PyPolicy> {
     PyPolicy::build(
         py,
@@ -403,5 +485,24 @@ pub(crate) fn _make_policy(
         Some(retryable_exceptions),
         Some(initial_delay),
         Some(backoff_factor),
+        max_delay,
+        retry_after,
     )
 }
+
+/// Check a run's `timeout` (the forward phase's budget): `None`, or an int/float (not
+/// bool) that is `>= 0` and not NaN; `inf` means no deadline. Returns the budget as a
+/// float (`None` for none).
+#[pyfunction]
+pub(crate) fn run_budget(timeout: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
+    if timeout.is_none() {
+        return Ok(None);
+    }
+    let v = check_number(timeout, "timeout", RUN_TIMEOUT_REQ, |v| {
+        !v.is_nan() && v >= 0.0
+    })?;
+    Ok(v.is_finite().then_some(v))
+}
+
+const RUN_TIMEOUT_REQ: &str =
+    "the run's timeout must be a number of seconds greater than or equal to 0, or None";

@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyInt, PyList};
+use pyo3::types::{PyFloat, PyInt, PyList};
 
-use sdax_core::{Command, Failure, Run};
+use sdax_core::{Command, Failure, Hint, Run};
 
 use crate::graph::PyPlan;
 use crate::policy::type_name;
@@ -28,6 +28,15 @@ fn job_id(job: &Bound<'_, PyAny>, event: &str) -> PyResult<i64> {
                 Err(e)
             }
         }
+    }
+}
+
+/// The wait of a retry the core scheduled; `None` when it did not (yet) schedule one: a
+/// final failure, an ignored report, or a HINT to carry out first.
+fn retry_delay(decided: Failure) -> Option<f64> {
+    match decided {
+        Failure::Retry { delay } => Some(delay),
+        Failure::Final | Failure::Ignored | Failure::AskHook => None,
     }
 }
 
@@ -113,11 +122,58 @@ impl PyRun {
             .core
             .failed(job_id(job, "failed")?, retryable, &mut self.out)
             .map_err(run_err)?;
-        let delay = match decided {
-            Failure::Retry { delay } => Some(delay),
-            Failure::Final | Failure::Ignored => None,
+        Ok((retry_delay(decided), self.commands(py)?))
+    }
+
+    /// What the job's `retry_after` hook returned: an int/float (not bool) is the wait,
+    /// `None` asks for the backoff, anything else is unusable (a failure for good).
+    fn hinted<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+        hint: &Bound<'py, PyAny>,
+    ) -> PyResult<(Option<f64>, Bound<'py, PyList>)> {
+        let hint = if hint.is_none() {
+            Hint::Backoff
+        } else if hint.is_exact_instance_of::<PyFloat>() || hint.is_exact_instance_of::<PyInt>() {
+            // an int too large for a float is an infinite wait
+            Hint::Wait(hint.extract::<f64>().unwrap_or(f64::INFINITY))
+        } else {
+            Hint::Unusable
         };
-        Ok((delay, self.commands(py)?))
+        let decided = self
+            .core
+            .hinted(job_id(job, "hinted")?, hint, &mut self.out)
+            .map_err(run_err)?;
+        Ok((retry_delay(decided), self.commands(py)?))
+    }
+
+    /// The job's `retry_after` hook raised: the failure is final.
+    fn hint_failed<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+    ) -> PyResult<(Option<f64>, Bound<'py, PyList>)> {
+        let decided = self
+            .core
+            .hinted(job_id(job, "hint_failed")?, Hint::Unusable, &mut self.out)
+            .map_err(run_err)?;
+        Ok((retry_delay(decided), self.commands(py)?))
+    }
+
+    /// Give the forward phase a deadline on the driver's clock (`None`: none).
+    fn set_deadline(&mut self, at: Option<f64>) {
+        self.core.set_deadline(at);
+    }
+
+    /// The driver's current time, on the deadline's clock.
+    fn clock(&mut self, now: f64) {
+        self.core.clock(now);
+    }
+
+    #[getter]
+    fn deadline(&self) -> Option<f64> {
+        self.core.deadline()
     }
 
     fn elapsed<'py>(

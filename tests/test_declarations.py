@@ -54,6 +54,8 @@ def test_signatures_are_keyword_only_with_documented_defaults() -> None:
         "retryable_exceptions": None,
         "initial_delay": 1.0,
         "backoff_factor": 2.0,
+        "max_delay": None,
+        "retry_after": None,
     }
     for factory, extra in ((execution, []), (shutdown, ["of"])):
         params = inspect.signature(factory).parameters

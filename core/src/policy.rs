@@ -7,12 +7,17 @@ use rand::Rng;
 /// A validated attempt policy (SPEC 2.2), without the exception set (that is Python's).
 ///
 /// `retries` counts additional attempts: a job runs at most `1 + retries` times.
+/// `max_delay` caps every retry wait (before the jitter, and a hinted wait); `retry_after`
+/// says whether the job has a hook that may set the wait of a retry (the hook itself is the
+/// driver's: see [`crate::run::Op::Hint`] and docs/internals.md).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Policy {
     timeout: Option<f64>,
     retries: u32,
     initial_delay: f64,
     backoff_factor: f64,
+    max_delay: Option<f64>,
+    retry_after: bool,
 }
 
 /// Why a policy value was refused. Each variant carries the refused value.
@@ -24,6 +29,8 @@ pub enum PolicyError {
     InitialDelay(f64),
     /// `backoff_factor` is zero, negative, infinite or NaN.
     BackoffFactor(f64),
+    /// `max_delay` is negative or NaN.
+    MaxDelay(f64),
 }
 
 impl PolicyError {
@@ -33,6 +40,7 @@ impl PolicyError {
             PolicyError::Timeout(_) => "timeout",
             PolicyError::InitialDelay(_) => "initial_delay",
             PolicyError::BackoffFactor(_) => "backoff_factor",
+            PolicyError::MaxDelay(_) => "max_delay",
         }
     }
 
@@ -46,6 +54,9 @@ impl PolicyError {
             PolicyError::BackoffFactor(_) => {
                 "backoff_factor must be a finite number greater than 0"
             }
+            PolicyError::MaxDelay(_) => {
+                "max_delay must be a number greater than or equal to 0 or None"
+            }
         }
     }
 
@@ -54,7 +65,8 @@ impl PolicyError {
         match *self {
             PolicyError::Timeout(v)
             | PolicyError::InitialDelay(v)
-            | PolicyError::BackoffFactor(v) => v,
+            | PolicyError::BackoffFactor(v)
+            | PolicyError::MaxDelay(v) => v,
         }
     }
 }
@@ -81,6 +93,8 @@ impl Default for Policy {
             retries: 0,
             initial_delay: 1.0,
             backoff_factor: 2.0,
+            max_delay: None,
+            retry_after: false,
         }
     }
 }
@@ -112,7 +126,53 @@ impl Policy {
             retries,
             initial_delay,
             backoff_factor,
+            max_delay: None,
+            retry_after: false,
         })
+    }
+
+    /// The same policy with every retry wait capped at `max_delay` seconds (`None`: no cap).
+    /// A cap must be `>= 0` and not NaN; `inf` is accepted and caps nothing.
+    pub fn with_max_delay(self, max_delay: Option<f64>) -> Result<Self, PolicyError> {
+        if let Some(m) = max_delay {
+            if m.is_nan() || m < 0.0 {
+                return Err(PolicyError::MaxDelay(m));
+            }
+        }
+        Ok(Policy { max_delay, ..self })
+    }
+
+    /// The same policy with (or without) a `retry_after` hook.
+    pub fn with_retry_after(self, retry_after: bool) -> Self {
+        Policy {
+            retry_after,
+            ..self
+        }
+    }
+
+    /// The cap on retry waits, if any.
+    #[inline]
+    pub fn max_delay(&self) -> Option<f64> {
+        self.max_delay
+    }
+
+    /// Whether the job has a `retry_after` hook.
+    #[inline]
+    pub fn retry_after(&self) -> bool {
+        self.retry_after
+    }
+
+    /// The wait a `retry_after` hint asks for, as taken: `min(hint, max_delay)`, no jitter.
+    /// `None` when the hint is unusable: NaN, negative, or infinite without a cap.
+    pub fn hinted_delay(&self, hint: f64) -> Option<f64> {
+        if hint.is_nan() || hint < 0.0 {
+            return None;
+        }
+        let wait = match self.max_delay {
+            Some(cap) => hint.min(cap),
+            None => hint,
+        };
+        wait.is_finite().then_some(wait)
     }
 
     /// Per-attempt timeout in seconds, if any.
@@ -169,16 +229,27 @@ impl Policy {
         }
     }
 
-    /// `(low, high)` of the wait before retry `retry` (0-based): `(base / 2, base)`.
-    pub fn delay_bounds(&self, retry: u32) -> (f64, f64) {
+    /// `min(max_delay, initial_delay * backoff_factor ** retry)`: the wait before the jitter.
+    pub fn capped_delay(&self, retry: u32) -> f64 {
         let base = self.base_delay(retry);
+        match self.max_delay {
+            Some(cap) if cap < base => cap,
+            _ => base,
+        }
+    }
+
+    /// `(low, high)` of the wait before retry `retry` (0-based): `(capped / 2, capped)` where
+    /// `capped` is [`Policy::capped_delay`].
+    pub fn delay_bounds(&self, retry: u32) -> (f64, f64) {
+        let base = self.capped_delay(retry);
         (base * 0.5, base)
     }
 
     /// The jittered wait before retry `retry` (0-based):
-    /// `initial_delay * backoff_factor ** retry * U(0.5, 1.0)`, within [`Policy::delay_bounds`].
+    /// `min(max_delay, initial_delay * backoff_factor ** retry) * U(0.5, 1.0)`, within
+    /// [`Policy::delay_bounds`].
     pub fn delay<R: Rng + ?Sized>(&self, retry: u32, rng: &mut R) -> f64 {
-        let base = self.base_delay(retry);
+        let base = self.capped_delay(retry);
         if base == 0.0 {
             return 0.0;
         }
@@ -278,6 +349,63 @@ mod tests {
             assert!(lo <= d && d <= hi, "{lo} <= {d} <= {hi}");
             assert_eq!(d, p.delay(k, &mut b));
         }
+    }
+
+    #[test]
+    fn max_delay_caps_before_the_jitter() {
+        let p = Policy::new(None, 10, 1.0, 2.0)
+            .unwrap()
+            .with_max_delay(Some(3.0))
+            .unwrap();
+        assert_eq!(p.max_delay(), Some(3.0));
+        assert_eq!(p.delay_bounds(0), (0.5, 1.0));
+        assert_eq!(p.delay_bounds(1), (1.0, 2.0));
+        assert_eq!(p.delay_bounds(2), (1.5, 3.0));
+        assert_eq!(p.delay_bounds(9), (1.5, 3.0));
+        // the same draw as without the cap, scaled by the capped base
+        let uncapped = Policy::new(None, 10, 1.0, 2.0).unwrap();
+        let mut a = SmallRng::seed_from_u64(11);
+        let mut b = SmallRng::seed_from_u64(11);
+        for k in 0..10 {
+            let jitter = uncapped.delay(k, &mut a) / uncapped.base_delay(k);
+            let d = p.delay(k, &mut b);
+            let expect = uncapped.base_delay(k).min(3.0) * jitter;
+            assert!(
+                (d - expect).abs() <= 1e-12 * expect.max(1.0),
+                "{k}: {d} vs {expect}"
+            );
+        }
+        let zero = uncapped.with_max_delay(Some(0.0)).unwrap();
+        assert_eq!(zero.delay(4, &mut a), 0.0);
+        let inf = uncapped.with_max_delay(Some(f64::INFINITY)).unwrap();
+        assert_eq!(inf.delay_bounds(3), uncapped.delay_bounds(3));
+    }
+
+    #[test]
+    fn max_delay_validation() {
+        for bad in [-1e-9, -1.0, f64::NAN, f64::NEG_INFINITY] {
+            let err = Policy::default().with_max_delay(Some(bad)).unwrap_err();
+            assert!(matches!(err, PolicyError::MaxDelay(_)), "{bad}");
+            assert!(err.to_string().contains("Invalid max_delay"), "{err}");
+        }
+        assert!(Policy::default().with_max_delay(None).is_ok());
+        assert!(Policy::default().with_max_delay(Some(0.0)).is_ok());
+    }
+
+    #[test]
+    fn hinted_delays_are_capped_and_checked() {
+        let p = Policy::default().with_retry_after(true);
+        assert!(p.retry_after());
+        assert_eq!(p.hinted_delay(7.5), Some(7.5));
+        assert_eq!(p.hinted_delay(0.0), Some(0.0));
+        assert_eq!(p.hinted_delay(-0.1), None);
+        assert_eq!(p.hinted_delay(f64::NAN), None);
+        assert_eq!(p.hinted_delay(f64::INFINITY), None);
+        let capped = p.with_max_delay(Some(2.0)).unwrap();
+        assert_eq!(capped.hinted_delay(7.5), Some(2.0));
+        assert_eq!(capped.hinted_delay(1.5), Some(1.5));
+        assert_eq!(capped.hinted_delay(f64::INFINITY), Some(2.0));
+        assert_eq!(capped.hinted_delay(-1.0), None);
     }
 
     #[test]

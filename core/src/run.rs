@@ -5,6 +5,9 @@
 //! before its first attempt, the caller cancelled) and
 //! answers each with the [`Command`]s to carry out, in order. It never looks at a clock:
 //! time is the driver's business, which keeps the machine deterministic given its seed.
+//! A run with a deadline ([`Run::set_deadline`]) is told the time instead ([`Run::clock`],
+//! before each event), and decides from it each attempt's clipped timeout and whether a
+//! retry's wait still fits.
 //!
 //! Job ids: forward job `i` is active node `i` of the [`Plan`]; the release of node `i` is
 //! job `n + i` where `n = plan.len()`.
@@ -34,6 +37,21 @@ pub enum Op {
     Cancel = 2,
     /// Drop the retry wait that followed the failure of attempt `attempt`; report nothing.
     StopSleep = 3,
+    /// Attempt `attempt` failed retryably and may be retried: call the job's `retry_after`
+    /// hook with that failure now and report [`Run::hinted`].
+    Hint = 4,
+    /// Attempt `attempt`'s failure is final because the retry's wait (`arg` seconds, `None`
+    /// when the deadline had already passed) would not end before the run's deadline.
+    NoRoom = 5,
+    /// The run's deadline passed before attempt `attempt` of the job could start (the job
+    /// was ready, or its retry wait had ended): the job fails with a timeout.
+    Expire = 6,
+    /// Like [`Op::Start`], but `arg` is the time left before the run's deadline, shorter
+    /// than the job's own attempt timeout (or the job has none).
+    StartClipped = 7,
+    /// The `retry_after` hint reported for attempt `attempt` was unusable: its failure is
+    /// final.
+    BadHint = 8,
 }
 
 /// One instruction for the driver.
@@ -67,6 +85,10 @@ pub enum JobState {
     Rejected,
     /// Forward only: its retry wait was dropped by the core (STOP_SLEEP).
     Stopped,
+    /// Between a failed attempt and the report of its `retry_after` hook (HINT).
+    Hinting,
+    /// Forward only: the run's deadline passed before its next attempt could start.
+    Expired,
     /// Release only: its START was reported as never carried out.
     Unstarted,
     /// Release only: no release is owed for this node.
@@ -85,10 +107,24 @@ impl JobState {
             JobState::Drained => "already drained",
             JobState::Rejected => "rejected",
             JobState::Stopped => "stopped",
+            JobState::Hinting => "waiting for its retry_after hint",
+            JobState::Expired => "expired",
             JobState::Unstarted => "unstarted",
             JobState::NotOwed => "not owed",
         }
     }
+}
+
+/// What a job's `retry_after` hook said (see [`Run::hinted`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Hint {
+    /// Wait this many seconds (capped by `max_delay`, no jitter); NaN, negative, or
+    /// infinite without a cap is unusable.
+    Wait(f64),
+    /// No hint: the backoff wait applies.
+    Backoff,
+    /// The hook raised or returned something that is not a number or `None`.
+    Unusable,
 }
 
 /// What [`Run::failed`] decided for the failed attempt.
@@ -100,6 +136,9 @@ pub enum Failure {
     Final,
     /// The job was being cancelled by the core: the report changes nothing.
     Ignored,
+    /// A retry is allowed and the job has a `retry_after` hook: the HINT command asks the
+    /// driver for it; [`Run::hinted`] then decides.
+    AskHook,
 }
 
 /// Misuse of the protocol. The run is unchanged when one is returned.
@@ -186,6 +225,10 @@ pub struct Run {
     rels: Vec<Job>,
     seed: Option<u64>,
     rng: Option<SmallRng>,
+    /// The forward phase's deadline, on the driver's clock (finite).
+    deadline: Option<f64>,
+    /// The driver's time as last told ([`Run::clock`]).
+    now: f64,
     /// Test mode: every retry wait is 0 seconds (the attempts are unchanged).
     instant_retries: bool,
 }
@@ -217,8 +260,39 @@ impl Run {
             rels: Vec::new(),
             seed,
             rng: None,
+            deadline: None,
+            now: 0.0,
             instant_retries: false,
         }
+    }
+
+    /// Give the forward phase a deadline `at`, on the clock of [`Run::clock`]; `None` or a
+    /// non-finite value means none. With a deadline, every forward attempt's timeout is the
+    /// smaller of its policy timeout and the time left ([`Op::StartClipped`] when the time
+    /// left is the smaller), a retry whose wait would not end before the deadline is not
+    /// taken ([`Op::NoRoom`]), and a job that could start only at or after the deadline
+    /// fails ([`Op::Expire`]). Releases are never bound by it.
+    pub fn set_deadline(&mut self, at: Option<f64>) {
+        self.deadline = at.filter(|d| d.is_finite());
+    }
+
+    /// The forward phase's deadline, if any.
+    #[inline]
+    pub fn deadline(&self) -> Option<f64> {
+        self.deadline
+    }
+
+    /// Tell the run the driver's current time (seconds, the clock of the deadline). Only
+    /// read when the run has a deadline; the driver calls it before each event it reports.
+    #[inline]
+    pub fn clock(&mut self, now: f64) {
+        self.now = now;
+    }
+
+    /// Seconds left before the deadline (`None` without one); `<= 0` once it has passed.
+    #[inline]
+    fn left(&self) -> Option<f64> {
+        self.deadline.map(|d| d - self.now)
     }
 
     /// Builder: make every retry wait (of nodes and of releases) 0 seconds, for tests.
@@ -353,6 +427,18 @@ impl Run {
 
     #[inline]
     fn launch(&mut self, job: usize, out: &mut Vec<Command>) {
+        let mut op = Op::Start;
+        let mut timeout = self.plan.policies[job].timeout();
+        if let Some(left) = self.left() {
+            if left <= 0.0 {
+                self.expire(job, out);
+                return;
+            }
+            if timeout.is_none_or(|t| t > left) {
+                timeout = Some(left);
+                op = Op::StartClipped;
+            }
+        }
         let j = &mut self.jobs[job];
         if j.state == JobState::Waiting {
             self.pending += 1;
@@ -365,11 +451,84 @@ impl Run {
         // saturating: u32::MAX retries can never all run, but never overflow either
         j.attempts = j.attempts.saturating_add(1);
         out.push(Command {
-            op: Op::Start,
+            op,
             job: job as u32,
             attempt,
-            arg: self.plan.policies[job].timeout(),
+            arg: timeout,
         });
+    }
+
+    /// The deadline has passed before `job` could start its next attempt.
+    fn expire(&mut self, job: usize, out: &mut Vec<Command>) {
+        let j = &mut self.jobs[job];
+        if j.state == JobState::Sleeping {
+            self.pending -= 1;
+        }
+        j.state = JobState::Expired;
+        out.push(Command {
+            op: Op::Expire,
+            job: job as u32,
+            attempt: j.attempts,
+            arg: None,
+        });
+        if !self.aborted {
+            self.abort(out);
+        }
+    }
+
+    /// A forward job's retry after the failure of `attempt` waits `delay`: SLEEP, or the
+    /// failure is final when the wait would not end before the deadline.
+    fn schedule(&mut self, i: usize, attempt: u32, delay: f64, out: &mut Vec<Command>) -> Failure {
+        if let Some(left) = self.left() {
+            if delay >= left {
+                self.no_room(i, attempt, Some(delay), out);
+                return Failure::Final;
+            }
+        }
+        self.jobs[i].state = JobState::Sleeping;
+        out.push(Command {
+            op: Op::Sleep,
+            job: i as u32,
+            attempt,
+            arg: Some(delay),
+        });
+        Failure::Retry { delay }
+    }
+
+    fn no_room(&mut self, i: usize, attempt: u32, delay: Option<f64>, out: &mut Vec<Command>) {
+        out.push(Command {
+            op: Op::NoRoom,
+            job: i as u32,
+            attempt,
+            arg: delay,
+        });
+        self.fail_for_good(i, out);
+    }
+
+    fn fail_for_good(&mut self, i: usize, out: &mut Vec<Command>) {
+        self.jobs[i].state = JobState::Failed;
+        self.pending -= 1;
+        if !self.aborted {
+            self.abort(out);
+        }
+    }
+
+    /// A release's retry after the failure of `attempt` waits `delay`.
+    fn schedule_release(
+        &mut self,
+        i: usize,
+        attempt: u32,
+        delay: f64,
+        out: &mut Vec<Command>,
+    ) -> Failure {
+        self.rels[i].state = JobState::Sleeping;
+        out.push(Command {
+            op: Op::Sleep,
+            job: (self.jobs.len() + i) as u32,
+            attempt,
+            arg: Some(delay),
+        });
+        Failure::Retry { delay }
     }
 
     #[inline]
@@ -414,6 +573,11 @@ impl Run {
                         arg: None,
                     });
                 }
+                JobState::Hinting => {
+                    // Its failure is final: no retry follows an abort.
+                    j.state = JobState::Failed;
+                    self.pending -= 1;
+                }
                 _ => {}
             }
         }
@@ -430,6 +594,9 @@ impl Run {
         }
         let plan = Arc::clone(&self.plan);
         for &root in &plan.roots {
+            if self.aborted {
+                break; // the deadline had passed already
+            }
             self.launch(root as usize, out);
         }
         Ok(())
@@ -487,21 +654,24 @@ impl Run {
                     let policy = self.plan.policies[i];
                     let attempt = self.jobs[i].attempts - 1;
                     if !self.aborted && policy.may_retry(attempt, retryable) {
-                        let delay = self.jitter(&policy, attempt);
-                        self.jobs[i].state = JobState::Sleeping;
-                        out.push(Command {
-                            op: Op::Sleep,
-                            job: i as u32,
-                            attempt,
-                            arg: Some(delay),
-                        });
-                        Ok(Failure::Retry { delay })
-                    } else {
-                        self.jobs[i].state = JobState::Failed;
-                        self.pending -= 1;
-                        if !self.aborted {
-                            self.abort(out);
+                        if self.left().is_some_and(|left| left <= 0.0) {
+                            self.no_room(i, attempt, None, out);
+                            Ok(Failure::Final)
+                        } else if policy.retry_after() {
+                            self.jobs[i].state = JobState::Hinting;
+                            out.push(Command {
+                                op: Op::Hint,
+                                job: i as u32,
+                                attempt,
+                                arg: None,
+                            });
+                            Ok(Failure::AskHook)
+                        } else {
+                            let delay = self.jitter(&policy, attempt);
+                            Ok(self.schedule(i, attempt, delay, out))
                         }
+                    } else {
+                        self.fail_for_good(i, out);
                         Ok(Failure::Final)
                     }
                 }
@@ -513,15 +683,19 @@ impl Run {
                     let policy = self.plan.releases[i].unwrap_or_default();
                     let attempt = self.rels[i].attempts - 1;
                     if policy.may_retry(attempt, retryable) {
-                        let delay = self.jitter(&policy, attempt);
-                        self.rels[i].state = JobState::Sleeping;
-                        out.push(Command {
-                            op: Op::Sleep,
-                            job: (self.jobs.len() + i) as u32,
-                            attempt,
-                            arg: Some(delay),
-                        });
-                        Ok(Failure::Retry { delay })
+                        if policy.retry_after() {
+                            self.rels[i].state = JobState::Hinting;
+                            out.push(Command {
+                                op: Op::Hint,
+                                job: (self.jobs.len() + i) as u32,
+                                attempt,
+                                arg: None,
+                            });
+                            Ok(Failure::AskHook)
+                        } else {
+                            let delay = self.jitter(&policy, attempt);
+                            Ok(self.schedule_release(i, attempt, delay, out))
+                        }
                     } else {
                         self.rels[i].state = JobState::Failed;
                         self.pending -= 1;
@@ -531,6 +705,77 @@ impl Run {
                 }
                 _ => Err(self.wrong("failed", &Target::Release(i))),
             },
+        }
+    }
+
+    /// What the `retry_after` hook of `job` said about the failure of its last attempt
+    /// (asked for by [`Op::Hint`]): SLEEP for the hinted wait (capped by `max_delay`, no
+    /// jitter) or the backoff wait; an unusable hint makes the failure final
+    /// ([`Op::BadHint`]). A forward wait is checked against the deadline like any other.
+    ///
+    /// Ignored for a forward job whose failure became final meanwhile (the run aborted):
+    /// returns [`Failure::Final`] with no commands.
+    pub fn hinted(
+        &mut self,
+        job: i64,
+        hint: Hint,
+        out: &mut Vec<Command>,
+    ) -> Result<Failure, RunError> {
+        match self.target("hinted", job)? {
+            Target::Forward(i) => match self.jobs[i].state {
+                JobState::Hinting => {
+                    let policy = self.plan.policies[i];
+                    let attempt = self.jobs[i].attempts - 1;
+                    match self.hint_delay(&policy, attempt, hint) {
+                        Some(delay) => Ok(self.schedule(i, attempt, delay, out)),
+                        None => {
+                            out.push(Command {
+                                op: Op::BadHint,
+                                job: i as u32,
+                                attempt,
+                                arg: None,
+                            });
+                            self.fail_for_good(i, out);
+                            Ok(Failure::Final)
+                        }
+                    }
+                }
+                JobState::Failed if self.aborted => Ok(Failure::Final),
+                _ => Err(self.wrong("hinted", &Target::Forward(i))),
+            },
+            Target::Release(i) => match self.rels[i].state {
+                JobState::Hinting => {
+                    let policy = self.plan.releases[i].unwrap_or_default();
+                    let attempt = self.rels[i].attempts - 1;
+                    match self.hint_delay(&policy, attempt, hint) {
+                        Some(delay) => Ok(self.schedule_release(i, attempt, delay, out)),
+                        None => {
+                            out.push(Command {
+                                op: Op::BadHint,
+                                job: (self.jobs.len() + i) as u32,
+                                attempt,
+                                arg: None,
+                            });
+                            self.rels[i].state = JobState::Failed;
+                            self.pending -= 1;
+                            self.release_done(i, out);
+                            Ok(Failure::Final)
+                        }
+                    }
+                }
+                _ => Err(self.wrong("hinted", &Target::Release(i))),
+            },
+        }
+    }
+
+    /// The wait a hint gives (0 with instant retries), or `None` when it is unusable.
+    fn hint_delay(&mut self, policy: &Policy, attempt: u32, hint: Hint) -> Option<f64> {
+        match hint {
+            Hint::Wait(v) => policy
+                .hinted_delay(v)
+                .map(|d| if self.instant_retries { 0.0 } else { d }),
+            Hint::Backoff => Some(self.jitter(policy, attempt)),
+            Hint::Unusable => None,
         }
     }
 
@@ -1217,5 +1462,189 @@ mod tests {
         };
         assert_eq!(delays(3), delays(3));
         assert_ne!(delays(3), delays(4));
+    }
+
+    fn at(op: Op, job: u32, attempt: u32, arg: Option<f64>) -> Command {
+        Command {
+            op,
+            job,
+            attempt,
+            arg,
+        }
+    }
+
+    #[test]
+    fn a_node_ready_only_after_the_deadline_expires() {
+        // `a` is a blocking call that returns past the deadline: `b` cannot start.
+        let p = plan(
+            vec![
+                NodeDef::new("a", &[]),
+                NodeDef::new("b", &["a"]),
+                NodeDef::new("c", &[]).with_policy(retrying(0)),
+            ],
+            &["b", "c"],
+        );
+        let mut r = Run::new(p, None);
+        r.set_deadline(Some(102.0));
+        assert_eq!(r.deadline(), Some(102.0));
+        let mut out = Vec::new();
+        r.clock(100.0);
+        r.start(&mut out).unwrap();
+        assert_eq!(
+            out,
+            [
+                at(Op::StartClipped, 0, 0, Some(2.0)),
+                at(Op::StartClipped, 2, 0, Some(2.0)),
+            ]
+        );
+        out.clear();
+        r.clock(103.0);
+        r.succeeded(0, &mut out).unwrap();
+        assert_eq!(out, [at(Op::Expire, 1, 0, None), cmd(Op::Cancel, 2, 0)]);
+        assert_eq!(r.state(1), Some(JobState::Expired));
+        assert_eq!(r.attempts(1).unwrap(), 0);
+        assert!(r.aborted());
+        assert_eq!(r.pending(), 1);
+        out.clear();
+        r.drained(2, &mut out).unwrap();
+        r.begin_shutdown(&mut out).unwrap();
+        assert!(r.finished());
+    }
+
+    #[test]
+    fn a_wait_that_ends_late_expires_the_run() {
+        let p = plan(
+            vec![NodeDef::new("a", &[]).with_policy(Policy::new(None, 3, 0.0, 2.0).unwrap())],
+            &["a"],
+        );
+        let mut r = Run::new(p, None);
+        r.set_deadline(Some(1.0));
+        let mut out = Vec::new();
+        r.clock(0.0);
+        r.start(&mut out).unwrap();
+        r.clock(0.5);
+        out.clear();
+        r.failed(0, true, &mut out).unwrap();
+        assert_eq!(out, [at(Op::Sleep, 0, 0, Some(0.0))]);
+        out.clear();
+        r.clock(1.0); // the timer fired at the deadline: no time left for attempt 2
+        r.elapsed(0, &mut out).unwrap();
+        assert_eq!(out, [at(Op::Expire, 0, 1, None)]);
+        assert_eq!(r.pending(), 0);
+        assert_eq!(r.attempts(0).unwrap(), 1);
+        assert!(r.aborted());
+    }
+
+    #[test]
+    fn a_zero_budget_starts_nothing_and_an_infinite_one_is_none() {
+        let p = plan(
+            vec![NodeDef::new("a", &[]), NodeDef::new("b", &[])],
+            &["a", "b"],
+        );
+        let mut r = Run::new(Arc::clone(&p), None);
+        r.set_deadline(Some(7.0));
+        r.clock(7.0);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        assert_eq!(out, [at(Op::Expire, 0, 0, None)]);
+        assert_eq!(r.pending(), 0);
+        assert_eq!(r.state(1), Some(JobState::Waiting));
+        let mut r = Run::new(p, None);
+        r.set_deadline(Some(f64::INFINITY));
+        assert_eq!(r.deadline(), None);
+        out.clear();
+        r.start(&mut out).unwrap();
+        assert_eq!(out, [start(0, 0, None), start(1, 0, None)]);
+    }
+
+    #[test]
+    fn an_abort_while_hinting_makes_the_failure_final() {
+        let hooked = Policy::new(None, 2, 1.0, 2.0)
+            .unwrap()
+            .with_retry_after(true);
+        let p = plan(
+            vec![
+                NodeDef::new("a", &[]).with_policy(hooked),
+                NodeDef::new("b", &[]),
+            ],
+            &["a", "b"],
+        );
+        let mut r = Run::new(p, None);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        out.clear();
+        assert_eq!(r.failed(0, true, &mut out).unwrap(), Failure::AskHook);
+        assert_eq!(out, [cmd(Op::Hint, 0, 0)]);
+        assert_eq!(r.state(0), Some(JobState::Hinting));
+        assert!(r.elapsed(0, &mut out).is_err());
+        out.clear();
+        r.cancel(&mut out);
+        assert_eq!(out, [cmd(Op::Cancel, 1, 0)]);
+        assert_eq!(r.state(0), Some(JobState::Failed));
+        out.clear();
+        assert_eq!(
+            r.hinted(0, Hint::Wait(1.0), &mut out).unwrap(),
+            Failure::Final
+        );
+        assert!(out.is_empty());
+        assert!(r.hinted(1, Hint::Backoff, &mut out).is_err());
+    }
+
+    #[test]
+    fn a_failure_at_the_deadline_has_no_room_and_asks_no_hook() {
+        let hooked = Policy::new(None, 2, 1.0, 2.0)
+            .unwrap()
+            .with_retry_after(true);
+        let p = plan(vec![NodeDef::new("a", &[]).with_policy(hooked)], &["a"]);
+        let mut r = Run::new(p, None);
+        r.set_deadline(Some(1.0));
+        let mut out = Vec::new();
+        r.clock(0.0);
+        r.start(&mut out).unwrap();
+        out.clear();
+        r.clock(1.0);
+        assert_eq!(r.failed(0, true, &mut out).unwrap(), Failure::Final);
+        assert_eq!(out, [at(Op::NoRoom, 0, 0, None)]);
+        assert_eq!(r.state(0), Some(JobState::Failed));
+        assert_eq!(r.pending(), 0);
+    }
+
+    #[test]
+    fn hinted_decisions_and_instant_retries() {
+        let hooked = Policy::new(None, 3, 1.0, 2.0)
+            .unwrap()
+            .with_max_delay(Some(4.0))
+            .unwrap()
+            .with_retry_after(true);
+        let p = plan(vec![NodeDef::new("a", &[]).with_policy(hooked)], &["a"]);
+        let mut r = Run::new(Arc::clone(&p), Some(1));
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        r.failed(0, true, &mut out).unwrap();
+        out.clear();
+        assert_eq!(
+            r.hinted(0, Hint::Wait(9.0), &mut out).unwrap(),
+            Failure::Retry { delay: 4.0 }
+        );
+        assert_eq!(out, [at(Op::Sleep, 0, 0, Some(4.0))]);
+        r.elapsed(0, &mut out).unwrap();
+        r.failed(0, true, &mut out).unwrap();
+        out.clear();
+        assert_eq!(
+            r.hinted(0, Hint::Wait(-1.0), &mut out).unwrap(),
+            Failure::Final
+        );
+        assert_eq!(out, [cmd(Op::BadHint, 0, 1)]);
+        assert!(r.aborted());
+
+        let mut r = Run::new(p, Some(1)).with_instant_retries(true);
+        r.start(&mut out).unwrap();
+        r.failed(0, true, &mut out).unwrap();
+        out.clear();
+        assert_eq!(
+            r.hinted(0, Hint::Wait(3.0), &mut out).unwrap(),
+            Failure::Retry { delay: 0.0 }
+        );
+        assert!(r.hinted(0, Hint::Wait(3.0), &mut out).is_err());
     }
 }

@@ -226,6 +226,7 @@ impl Driver {
                     assert_eq!(self.sleeping.remove(&c.job), Some(c.attempt));
                     self.stopped.insert(c.job);
                 }
+                other => panic!("{other:?} without a deadline or a retry_after hook: {c:?}"),
             }
         }
     }
@@ -346,6 +347,7 @@ fn drive(case: &Case) {
                     }
                     Failure::Final => assert!(!retried),
                     Failure::Ignored => panic!("a running job's failure is never ignored"),
+                    Failure::AskHook => panic!("no retry_after hook in these plans"),
                 }
                 if !retried {
                     d.running.remove(&job);

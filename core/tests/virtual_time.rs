@@ -146,6 +146,7 @@ impl Exec {
                         h.abort();
                     }
                 }
+                other => panic!("{other:?} without a deadline or a retry_after hook"),
             }
         }
     }

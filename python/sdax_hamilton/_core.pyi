@@ -8,7 +8,7 @@ starts when, whether a failure is retried and after which delay (test mode inclu
 and the order of releases (the one the plan picture draws) are all the core's.
 """
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Final, final
 
 __version__: Final[str]
@@ -26,6 +26,20 @@ START: Final[int]  # = 0: call the job's function now (attempt ``attempt``)
 SLEEP: Final[int]  # = 1: wait ``arg`` seconds, then report ``Run.elapsed(job)``
 CANCEL: Final[int]  # = 2: cancel the running attempt; report ``Run.drained(job)`` when it ends
 STOP_SLEEP: Final[int]  # = 3: drop the pending retry wait of ``job``; report nothing
+# Emitted only for a job with a ``retry_after`` hook, or by a run with a deadline
+# (``Run.set_deadline``); see docs/internals.md "Deadlines and hints":
+HINT: Final[int]  # = 4: attempt ``attempt`` failed and may be retried: call the job's
+#                   retry_after hook with that failure now; report ``Run.hinted(job, value)``
+#                   or, when it raised, ``Run.hint_failed(job)``
+NO_ROOM: Final[int]  # = 5: attempt ``attempt``'s failure is final: the retry's wait (``arg``
+#                      seconds; ``None`` when the deadline had passed) would not end before
+#                      the deadline. The abort's commands follow. Report nothing.
+EXPIRE: Final[int]  # = 6: the deadline passed before attempt ``attempt`` (0-based) of the
+#                     forward job could start: it fails with a timeout. Report nothing.
+START_CLIPPED: Final[int]  # = 7: START whose timeout ``arg`` is the time left before the
+#                            deadline (shorter than the job's own timeout, or it has none)
+BAD_HINT: Final[int]  # = 8: the hint for attempt ``attempt`` was unusable: its failure is
+#                       final. Report nothing.
 
 Command = tuple[int, int, int, float | None]
 
@@ -40,9 +54,11 @@ class Policy:
     substitutes the default set. A tuple subclass is stored as a plain tuple.
 
     Checks run in the order retries, timeout, initial_delay, backoff_factor,
-    retryable_exceptions. ``retries`` keeps the int given; the core saturates it at
-    ``2**32 - 1`` (more attempts than can ever run). Delays never overflow: a huge
-    ``initial_delay * backoff_factor**k`` saturates at the largest finite float.
+    retryable_exceptions, max_delay (int/float, ``>= 0``, not NaN, or ``None``),
+    retry_after (callable or ``None``; ``TypeError`` otherwise). ``retries`` keeps the int
+    given; the core saturates it at ``2**32 - 1`` (more attempts than can ever run).
+    Delays never overflow: a huge ``initial_delay * backoff_factor**k`` saturates at the
+    largest finite float.
     Immutable and hashable; ``copy``/``deepcopy`` return the same object; picklable.
     """
 
@@ -54,6 +70,8 @@ class Policy:
         retryable_exceptions: tuple[type[BaseException], ...] | None = None,
         initial_delay: float = 1.0,
         backoff_factor: float = 2.0,
+        max_delay: float | None = None,
+        retry_after: Callable[[BaseException], float | None] | None = None,
     ) -> Policy: ...
     @property
     def timeout(self) -> float | None: ...
@@ -65,9 +83,13 @@ class Policy:
     def initial_delay(self) -> float: ...
     @property
     def backoff_factor(self) -> float: ...
+    @property
+    def max_delay(self) -> float | None: ...
+    @property
+    def retry_after(self) -> Callable[[BaseException], float | None] | None: ...
     def delay_bounds(self, retry: int) -> tuple[float, float]:
         """``(low, high)`` of the wait before retry ``retry`` (0-based):
-        ``(base / 2, base)`` with ``base = initial_delay * backoff_factor**retry``.
+        ``(base / 2, base)`` with ``base = min(max_delay, initial_delay * backoff_factor**retry)``.
         ``ValueError`` for a negative or non-int ``retry``."""
     def __eq__(self, other: object, /) -> bool: ...
     def __hash__(self) -> int: ...
@@ -156,12 +178,31 @@ class Run:
         """The current attempt failed; returns ``(delay, commands)``.
 
         ``delay`` is what the core decided: the wait in seconds before the next attempt
-        when a retry was scheduled (the SLEEP command carries it too), ``None`` when the job
+        when a retry was scheduled (the SLEEP command carries it too), ``None`` when a HINT
+        must be carried out first (the only command then), or when the job
         failed for good (nonretryable, retries exhausted, the run aborted) or the report
         was ignored (a job the core CANCELled). A failed forward job aborts the forward
         phase: CANCEL for running jobs, STOP_SLEEP for waiting ones, nothing new starts. A
         failed release does not stop the others.
         """
+    def hinted(self, job: int, hint: object) -> tuple[float | None, list[Command]]:
+        """What the job's retry_after hook returned after a HINT; returns ``(delay,
+        commands)`` like ``failed``. An int/float (not bool) is the wait (capped by
+        ``max_delay``, no jitter; 0 with instant retries); ``None`` asks for the backoff
+        wait; NaN, a negative value, an infinite one without a cap or any other object is
+        unusable (BAD_HINT, the failure is final). A forward wait is checked against the
+        deadline (NO_ROOM). Ignored when the run aborted meanwhile (``delay`` ``None``)."""
+    def hint_failed(self, job: int) -> tuple[float | None, list[Command]]:
+        """The job's retry_after hook raised after a HINT: BAD_HINT, the failure is final."""
+    def set_deadline(self, at: float | None) -> None:
+        """Give the forward phase a deadline ``at`` on the clock of ``clock`` (``None`` or
+        a non-finite value: none). Call before ``start``."""
+    def clock(self, now: float) -> None:
+        """Tell the run the current time (the deadline's clock); read only by a run with a
+        deadline. The driver calls it before each event it reports to such a run."""
+    @property
+    def deadline(self) -> float | None:
+        """The forward phase's deadline, if any."""
     def elapsed(self, job: int) -> list[Command]:
         """The retry wait of ``job`` is over: START its next attempt (unless aborted)."""
     def drained(self, job: int) -> list[Command]:
@@ -210,3 +251,8 @@ class Run:
         """Whether the job's first attempt started (forward: release owed if owned)."""
     def succeeded_jobs(self) -> list[int]:
         """Forward jobs that completed successfully."""
+
+def run_budget(timeout: object) -> float | None:
+    """Check a run's ``timeout`` (the forward phase's budget in seconds) and return it:
+    ``None`` for none (``None`` or ``inf``); an int/float (not bool) ``>= 0`` otherwise.
+    ``TypeError`` for another type, ``ValueError`` for a negative value or NaN."""

@@ -32,6 +32,7 @@ DECLARATION_ATTR: Final = "__sdax_declaration__"
 SHUTDOWNS_ATTR: Final = "__sdax_shutdowns__"
 
 ExceptionTypes = tuple[type[BaseException], ...]
+RetryAfter = Callable[[BaseException], "float | None"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -71,6 +72,8 @@ def _policy(
     retryable_exceptions: ExceptionTypes | None,
     initial_delay: float,
     backoff_factor: float,
+    max_delay: float | None,
+    retry_after: RetryAfter | None,
 ) -> Policy:
     return Policy(
         timeout=timeout,
@@ -80,6 +83,8 @@ def _policy(
         ),
         initial_delay=initial_delay,
         backoff_factor=backoff_factor,
+        max_delay=max_delay,
+        retry_after=retry_after,
     )
 
 
@@ -175,11 +180,17 @@ def execution(
     retryable_exceptions: ExceptionTypes | None = None,
     initial_delay: float = 1.0,
     backoff_factor: float = 2.0,
+    max_delay: float | None = None,
+    retry_after: RetryAfter | None = None,
 ) -> Callable[[_F], _F]:
     """Attach a forward attempt policy to a Hamilton function (SPEC 2).
 
     The policy is validated now; the decorator returns the function itself, so calling it
     directly is unchanged (no retry, no timeout; sync stays sync).
+
+    ``max_delay`` caps every retry wait before the jitter; ``retry_after(exc)`` may set the
+    wait of a retry the retryable set already takes (docs/lifecycle.md, "Deadlines and
+    server-directed waits").
     """
     policy = _policy(
         timeout=timeout,
@@ -187,6 +198,8 @@ def execution(
         retryable_exceptions=retryable_exceptions,
         initial_delay=initial_delay,
         backoff_factor=backoff_factor,
+        max_delay=max_delay,
+        retry_after=retry_after,
     )
     target = _targets(target_)
     declaration = ExecutionDeclaration(policy=policy, target=target)
@@ -208,6 +221,8 @@ def shutdown(
     retryable_exceptions: ExceptionTypes | None = None,
     initial_delay: float = 1.0,
     backoff_factor: float = 2.0,
+    max_delay: float | None = None,
+    retry_after: RetryAfter | None = None,
 ) -> Callable[[_F], _F]:
     """Declare the decorated function as the release of ``of``'s acquisitions (SPEC 2, 3).
 
@@ -225,6 +240,8 @@ def shutdown(
         retryable_exceptions=retryable_exceptions,
         initial_delay=initial_delay,
         backoff_factor=backoff_factor,
+        max_delay=max_delay,
+        retry_after=retry_after,
     )
     target = _targets(target_)
     owner = of

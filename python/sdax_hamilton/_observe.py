@@ -35,6 +35,8 @@ EventKind: TypeAlias = Literal[
     "attempt_cancelled",
     "retry_scheduled",
     "retry_cancelled",
+    "retry_skipped",
+    "deadline_expired",
     "input_rejected",
     "shutdown_started",
     "release_started",
@@ -53,15 +55,18 @@ class RunEvent:
 
     ``kind`` says what happened:
 
-    * ``run_started`` (``nodes`` lists the plan's active nodes in topological order),
+    * ``run_started`` (``nodes`` lists the plan's active nodes in topological order;
+      ``deadline`` is the loop time at which the run's ``timeout`` ends the forward phase),
       ``shutdown_started`` (the forward phase, and an ``open()`` body, are over; releases
       begin) and ``run_finished`` (everything is released; ``error`` is the exception the
       run raises, ``None`` on success) concern the whole run: ``node`` is ``""`` and
       ``attempt`` is ``0``.
-    * ``attempt_started``: the node's function is called for attempt ``attempt``.
+    * ``attempt_started``: the node's function is called for attempt ``attempt``;
+      ``clipped`` says its timeout was cut to the time left before the run's deadline.
     * ``attempt_succeeded``: the attempt returned and its value passed the output check.
     * ``attempt_timed_out``: the attempt ran out of time and has been cancelled; it may
-      still be unwinding. Its ``attempt_failed`` (``error`` a ``TimeoutError``) follows
+      still be unwinding (``clipped``: the time was the run's, not the node's own
+      timeout). Its ``attempt_failed`` (``error`` a ``TimeoutError``) follows
       once it has finished.
     * ``attempt_failed``: the attempt failed with ``error`` (also an output that failed its
       check). Followed at once by ``retry_scheduled`` when the node will be retried;
@@ -70,6 +75,13 @@ class RunEvent:
       ``attempt + 1`` (``attempt`` is the one that failed, so the delay lies within
       ``initial_delay * backoff_factor ** (attempt - 1) * [0.5, 1.0]``).
     * ``retry_cancelled``: that wait was dropped because the run is stopping.
+    * ``retry_skipped``: follows ``attempt_failed`` instead of ``retry_scheduled`` when the
+      failure would be retried but the wait (``delay``; ``None`` when the deadline had
+      already passed) would not end before the run's deadline: the node has failed for
+      good with ``error``.
+    * ``deadline_expired``: the run's deadline passed before attempt ``attempt`` of the node
+      could start (it was ready, or its retry wait had ended); the node fails with
+      ``error``, a ``TimeoutError``.
     * ``attempt_cancelled``: the run cancelled the attempt (another node failed or the
       caller cancelled) and it has finished unwinding; ``error`` is an exception other
       than ``CancelledError`` it raised meanwhile, else ``None``.
@@ -95,6 +107,11 @@ class RunEvent:
     run: int = 0
     nodes: tuple[str, ...] = ()
     """``run_started`` only: the plan's active nodes, in topological order."""
+    deadline: float | None = None
+    """``run_started`` only: loop time at which the run's ``timeout`` expires, else ``None``."""
+    clipped: bool = False
+    """``attempt_started`` / ``attempt_timed_out``: the attempt's timeout is the time left
+    before the run's deadline, shorter than the node's own (or the node has none)."""
 
 
 Observer: TypeAlias = Callable[[RunEvent], object]
@@ -155,6 +172,12 @@ class NodeReport:
     """Time spent inside attempts (from each call until it returned, failed or drained)."""
     last_error: str | None
     """Type name of the last exception (``None`` if there was none)."""
+    clipped: int = 0
+    """Attempts whose timeout was cut to the time left before the run's deadline."""
+    retry_skipped: bool = False
+    """A retry was not taken because its wait would not have ended before the deadline."""
+    expired: bool = False
+    """The run's deadline passed before the node's next attempt could start."""
 
     @property
     def total(self) -> float | None:
@@ -176,10 +199,13 @@ class _Track:
     __slots__ = (
         "attempt_start",
         "attempts",
+        "clipped",
+        "expired",
         "finished",
         "in_attempts",
         "last_error",
         "outcome",
+        "retry_skipped",
         "started",
         "timeouts",
     )
@@ -193,6 +219,9 @@ class _Track:
         self.attempt_start: float | None = None
         self.in_attempts = 0.0
         self.last_error: str | None = None
+        self.clipped = 0
+        self.retry_skipped = False
+        self.expired = False
 
     def start(self, time: float) -> None:
         self.attempts += 1
@@ -221,6 +250,9 @@ class _Track:
             finished=self.finished,
             in_attempts=self.in_attempts,
             last_error=self.last_error,
+            clipped=self.clipped,
+            retry_skipped=self.retry_skipped,
+            expired=self.expired,
         )
 
 
@@ -248,6 +280,7 @@ class RunReport:
     """
 
     __slots__ = (
+        "_deadline",
         "_finished",
         "_nodes",
         "_order",
@@ -269,6 +302,7 @@ class RunReport:
         self._finished: float | None = None
         self._run_error: str | None = None
         self._run_cancelled = False
+        self._deadline: float | None = None
 
     def __call__(self, event: RunEvent) -> None:
         if self._run is None:
@@ -279,6 +313,7 @@ class RunReport:
         time = event.time
         if kind == "run_started":
             self._started = time
+            self._deadline = event.deadline
             self._order = event.nodes
             for name in event.nodes:
                 self._nodes.setdefault(name, _Track())
@@ -302,6 +337,8 @@ class RunReport:
             track = table[event.node] = _Track()
         if kind == "attempt_started" or kind == "release_started":
             track.start(time)
+            if event.clipped:
+                track.clipped += 1
         elif kind in _FORWARD_END:
             track.end(time, _FORWARD_END[kind], event.error)
         elif kind == "retry_scheduled" or kind == "release_retry_scheduled":
@@ -312,6 +349,11 @@ class RunReport:
         elif kind == "attempt_timed_out" or kind == "release_timed_out":
             track.timeouts += 1
         elif kind == "input_rejected":
+            track.end(time, "failed", event.error)
+        elif kind == "retry_skipped":
+            track.retry_skipped = True
+        elif kind == "deadline_expired":
+            track.expired = True
             track.end(time, "failed", event.error)
 
     # ----------------------------------------------------------------- reading
@@ -343,6 +385,18 @@ class RunReport:
         return self._finished
 
     @property
+    def deadline(self) -> float | None:
+        """Loop time at which the run's ``timeout`` expired or would have (``None``: none)."""
+        return self._deadline
+
+    @property
+    def timeout(self) -> float | None:
+        """The run's ``timeout`` in seconds, as measured from ``run_started``."""
+        if self._deadline is None or self._started is None:
+            return None
+        return self._deadline - self._started
+
+    @property
     def duration(self) -> float | None:
         """Whole run in seconds, from start to the end of the last release."""
         if self._started is None or self._finished is None:
@@ -370,9 +424,11 @@ class RunReport:
 
         The header gives the run's outcome and duration, split into *forward* (from the
         start until releases begin; for ``open()`` this includes the body) and *shutdown*.
-        Columns: outcome, attempts (with timeouts), start (offset from the run's start),
-        total (first start to final outcome), in calls (time inside attempts), waiting
-        (retry waits: the rest of total) and the last exception's type.
+        Columns: outcome, attempts (with timeouts, attempts clipped by the run's timeout, a
+        retry skipped for lack of time, a next attempt the run's timeout prevented), start
+        (offset from the run's start), total (first start to final outcome), in calls (time
+        inside attempts), waiting (retry waits: the rest of total) and the last exception's
+        type.
         """
         origin = self._started
         header = f"sdax_hamilton run: {self.outcome}"
@@ -384,14 +440,26 @@ class RunReport:
             if shutdown is not None:
                 forward = _duration(shutdown - origin)
                 header += f" (forward {forward}, shutdown {_duration(self._finished - shutdown)})"
+        timeout = self.timeout
+        if timeout is not None:
+            header += f"; run timeout {_duration(timeout)}"
         rows: list[tuple[str, ...]] = [
             ("step", "outcome", "attempts", "start", "total", "in calls", "waiting", "last error")
         ]
         for kind, table in (("node", self.nodes), ("release", self.releases)):
             for name, item in table.items():
                 attempts = str(item.attempts)
+                remarks = []
                 if item.timeouts:
-                    attempts += f" ({item.timeouts} timed out)"
+                    remarks.append(f"{item.timeouts} timed out")
+                if item.clipped:
+                    remarks.append(f"{item.clipped} clipped")
+                if item.retry_skipped:
+                    remarks.append("no time to retry")
+                if item.expired:
+                    remarks.append("run timed out")
+                if remarks:
+                    attempts += f" ({', '.join(remarks)})"
                 start = (
                     "-"
                     if item.started is None or origin is None

@@ -21,12 +21,16 @@ def _seconds(value: float) -> str:
 
 
 def _policy_text(policy: Policy) -> str:
-    """``"timeout 5s, retries 3"``; empty for the default policy."""
+    """``"timeout 5s, retries 3, max wait 30s, retry_after"``; empty for the default."""
     parts = []
     if policy.timeout is not None:
         parts.append(f"timeout {_seconds(policy.timeout)}")
     if policy.retries:
         parts.append(f"retries {policy.retries}")
+    if policy.max_delay is not None:
+        parts.append(f"max wait {_seconds(policy.max_delay)}")
+    if policy.retry_after is not None:
+        parts.append("retry_after")
     return ", ".join(parts)
 
 

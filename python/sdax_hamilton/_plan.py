@@ -149,13 +149,17 @@ class PreparedPlan:
         inputs: Mapping[str, Any] | None = None,
         overrides: Mapping[str, Any] | None = None,
         observer: Observer | Sequence[Observer] | None = None,
+        timeout: float | None = None,
     ) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
         """Run the plan and keep its resources alive through the ``async with`` body.
 
         The body receives ``{output: value}``; every release runs after the body exits,
         also when it raises or is cancelled. ``observer`` (a callable, or a sequence of
-        them) receives a ``RunEvent`` for each step of the run.
+        them) receives a ``RunEvent`` for each step of the run. ``timeout`` bounds the
+        forward phase, in seconds from entering the ``async with`` (the body and the
+        releases are not counted): docs/lifecycle.md, "Deadlines and server-directed waits".
         """
+        budget = None if timeout is None else _core.run_budget(timeout)
         values = self._values(inputs, overrides)
         program = self._program
         return open_run(
@@ -165,6 +169,7 @@ class PreparedPlan:
             self.outputs,
             seed=program.seed,
             observer=observer,
+            timeout=budget,
         )
 
     def to_dot(self) -> str:
@@ -200,14 +205,18 @@ class PreparedPlan:
         inputs: Mapping[str, Any] | None = None,
         overrides: Mapping[str, Any] | None = None,
         observer: Observer | Sequence[Observer] | None = None,
+        timeout: float | None = None,
     ) -> dict[str, Any]:
         """Run the plan; return ``{output: value}`` after every release has finished.
 
-        ``observer`` as for :meth:`open`.
+        ``observer`` and ``timeout`` (the forward phase's budget in seconds, from this
+        call) as for :meth:`open`.
         """
         if self._program.resource_outputs:
             raise ValueError(f"{_RESOURCE_OUTPUT}: {list(self._program.resource_outputs)}")
-        async with self.open(inputs=inputs, overrides=overrides, observer=observer) as results:
+        async with self.open(
+            inputs=inputs, overrides=overrides, observer=observer, timeout=timeout
+        ) as results:
             return results
 
 
@@ -490,8 +499,12 @@ def _runtime(
         release=None
         if release is None
         else ReleaseRuntime(
-            origin=release.origin, call=release.call, retryable=_retryable(release.policy)
+            origin=release.origin,
+            call=release.call,
+            retryable=_retryable(release.policy),
+            retry_after=release.policy.retry_after,
         ),
+        retry_after=spec.policy.retry_after,
     )
 
 

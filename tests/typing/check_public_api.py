@@ -43,7 +43,16 @@ def parse(raw: str) -> int:
     return int(raw)
 
 
-@shutdown(of=connection, timeout=2.0)
+def retry_after_header(exc: BaseException) -> float | None:
+    return getattr(exc, "retry_after", None)
+
+
+@execution(retries=3, max_delay=30.0, retry_after=retry_after_header)
+async def quote(connection: Connection) -> float:
+    return 1.0
+
+
+@shutdown(of=connection, timeout=2.0, max_delay=1.0, retry_after=lambda exc: None)
 async def close_connection(acquired: Acquisition[Connection]) -> None:
     if acquired.is_valid:
         await acquired.value.close()
@@ -72,6 +81,8 @@ def acquisition_is_generic(acquired: Acquisition[Connection]) -> None:
 
 def decorator_arguments_are_keyword_only() -> None:
     execution(5.0)  # type: ignore[call-arg, arg-type]
+    execution(max_delay="1")  # type: ignore[arg-type]
+    execution(retry_after=len)  # type: ignore[arg-type]
     shutdown(connection)  # type: ignore[call-arg]
 
 
@@ -93,6 +104,13 @@ async def plans(module: types.ModuleType) -> None:
     await plan.execute(inputs={"dsn": "sqlite://"}, observer=[report, seen.append])
     assert_type(report.format(), str)
     await plan.execute(inputs={"dsn": "sqlite://"}, observer=42)  # type: ignore[arg-type]
+
+    result = await plan.execute(inputs={"dsn": "sqlite://"}, timeout=2.5)
+    async with plan.open(inputs={"dsn": "sqlite://"}, timeout=None) as values:
+        assert_type(values, dict[str, Any])
+    await plan.execute(inputs={"dsn": "sqlite://"}, timeout="2")  # type: ignore[arg-type]
+    assert_type(report.timeout, float | None)
+    assert_type(report.nodes["fetch"].clipped, int)
 
 
 def failure_types(error: BaseException) -> None:

@@ -24,6 +24,10 @@ _START: Final = _core.START
 _SLEEP: Final = _core.SLEEP
 _CANCEL: Final = _core.CANCEL
 _STOP_SLEEP: Final = _core.STOP_SLEEP
+_START_CLIPPED: Final = _core.START_CLIPPED
+_EXPIRE: Final = _core.EXPIRE
+_NO_ROOM: Final = _core.NO_ROOM
+_BAD_HINT: Final = _core.BAD_HINT
 _CoroutineType: Final = types.CoroutineType
 _monotonic: Final = time.monotonic
 
@@ -110,6 +114,9 @@ class AttemptMechanics(RunState):
     def _raised(self, attempt: Attempt, exc: BaseException) -> None:
         raise NotImplementedError
 
+    def _expired(self, job: int, attempt_number: int) -> None:
+        raise NotImplementedError
+
     def _execute(self, commands: list[_core.Command]) -> None:
         for op, job, attempt, arg in commands:
             if op == _START:
@@ -128,6 +135,15 @@ class AttemptMechanics(RunState):
                     self._sleeps[job] = None
                     handle.cancel()
                 self._reporter.retry_cancelled(job, self._run.attempts(job))
+            elif op == _START_CLIPPED:
+                clipped = self._clipped
+                assert clipped is not None  # only a run with a deadline is clipped
+                clipped[job] = attempt
+                self._start(job, attempt, arg)
+            elif op == _EXPIRE:
+                self._expired(job, attempt)
+            elif op == _NO_ROOM or op == _BAD_HINT:
+                pass  # why a failure is final: read by ``_fail`` for its note
             else:  # pragma: no cover - contract violation by the core
                 raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
 
@@ -171,7 +187,9 @@ class AttemptMechanics(RunState):
             else:
                 kwargs = self._kwargs[job]  # type: ignore[assignment]
             if self._watch:
-                self._reporter.attempt_started(job, attempt_number + 1)
+                self._reporter.attempt_started(
+                    job, attempt_number + 1, self._was_clipped(job, attempt_number)
+                )
             try:
                 result = node.call(**kwargs)
             except BaseException as exc:
@@ -196,6 +214,11 @@ class AttemptMechanics(RunState):
             self._fresh.append(attempt)
         else:
             self._post((RETURNED, attempt, result))
+
+    def _was_clipped(self, job: int, attempt_number: int) -> bool:
+        """Whether that forward attempt's START was clipped to the run's deadline."""
+        clipped = self._clipped
+        return clipped is not None and job < self._n and clipped[job] == attempt_number
 
     def _cancel(self, job: int) -> None:
         """CANCEL: cancel the running attempt of ``job`` once, noting whether it reached it."""
@@ -301,6 +324,8 @@ class AttemptMechanics(RunState):
                 attempt.state = _CANCEL_MISSED
             self._execute(self._run.cancel())
         # Nothing else is running, so no event can have been queued meanwhile: report now.
+        if self._deadline is not None:
+            self._run.clock(self._loop.time())
         try:
             if raised:
                 self._raised(attempt, payload)
@@ -330,7 +355,12 @@ class AttemptMechanics(RunState):
             return  # the caller's cancellation is already on its way into the attempt
         attempt.state = _TIMED_OUT
         task.cancel()
-        self._reporter.attempt_timed_out(attempt.job, attempt.number + 1, attempt.timeout)
+        self._reporter.attempt_timed_out(
+            attempt.job,
+            attempt.number + 1,
+            attempt.timeout,
+            self._was_clipped(attempt.job, attempt.number),
+        )
 
     def _on_timeout(self, attempt: Attempt) -> None:
         attempt.timer = None
@@ -348,4 +378,9 @@ class AttemptMechanics(RunState):
             return
         attempt.state = _TIMED_OUT
         task.cancel()
-        self._reporter.attempt_timed_out(attempt.job, attempt.number + 1, attempt.timeout)
+        self._reporter.attempt_timed_out(
+            attempt.job,
+            attempt.number + 1,
+            attempt.timeout,
+            self._was_clipped(attempt.job, attempt.number),
+        )

@@ -42,6 +42,7 @@ def open_run(
     *,
     seed: int | None = None,
     observer: object = None,
+    timeout: float | None = None,
 ) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
     """One execution of ``plan`` as an async context manager (docs/api.md, "execute and
     open").
@@ -52,13 +53,14 @@ def open_run(
 
     The test-mode context variables are read here, when the run is opened: a
     ``JITTER_SEED`` replaces ``seed``; ``INSTANT_RETRIES`` makes every retry wait 0 (the
-    core's ``Run`` option).
+    core's ``Run`` option). ``timeout`` is the forward phase's budget in seconds (already
+    checked, ``None`` for none), measured from entering the context.
     """
     observers = observers_of(observer)
     test_seed = JITTER_SEED.get()
     if test_seed is not None:
         seed = test_seed
-    return RunContext(plan, nodes, values, outputs, seed, observers, INSTANT_RETRIES.get())
+    return RunContext(plan, nodes, values, outputs, seed, observers, INSTANT_RETRIES.get(), timeout)
 
 
 class RunContext(OutcomeHandling):
@@ -79,6 +81,12 @@ class RunContext(OutcomeHandling):
         self._loop = asyncio.get_running_loop()
         if asyncio.current_task() is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
+        budget = self._budget
+        if budget is not None:
+            # The core decides from the deadline; we tell it the time before each event.
+            deadline = self._deadline = self._loop.time() + budget
+            self._run.set_deadline(deadline)
+            self._clipped = [-1] * n
         self._running = [None] * (2 * n)
         self._sleeps = [None] * (2 * n)
         self._kwargs = [None] * n
@@ -87,7 +95,7 @@ class RunContext(OutcomeHandling):
             [node.name for node in self._nodes], self._observers, self._loop, self._terminated
         )
         self._watch = reporter.watching
-        reporter.run_started(self._plan.nodes)
+        reporter.run_started(self._plan.nodes, self._deadline)
         if not self._record.clean:  # the observer raised KeyboardInterrupt/SystemExit
             self._fail_run()  # nothing ran: nothing to clean up
 
@@ -248,6 +256,8 @@ class RunContext(OutcomeHandling):
         self._task = task  # the forward task: inline attempts and their timeouts use it
         try:
             if not self._abort_requested:  # else the caller was cancelled before we began
+                if self._deadline is not None:
+                    self._run.clock(self._loop.time())
                 self._execute(self._run.start())
                 await self._drive(False)
         except BaseException as exc:  # nothing escapes a task into the loop
@@ -278,7 +288,7 @@ class RunContext(OutcomeHandling):
         events = self._events
         fresh = self._fresh
         run = self._run
-        handle = self._handle
+        handle = self._handle if self._deadline is None else self._handle_timed
         while True:
             while events:
                 handle(events.popleft())

@@ -12,8 +12,9 @@ import asyncio
 import types
 from typing import Any, Final
 
+from .. import _core
 from .._declarations import Acquisition
-from .._failures import add_note_once
+from .._failures import add_note_once, attach_failures
 from .._types import invalid_output
 from .attempts import Attempt, AttemptMechanics, AttemptState
 from .reporter import plural
@@ -24,6 +25,11 @@ _CancelledError: Final = asyncio.CancelledError
 _CoroutineType: Final = types.CoroutineType
 _CANCELLED: Final = AttemptState.CANCELLED
 _CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
+_HINT: Final = _core.HINT
+_NO_ROOM: Final = _core.NO_ROOM
+_BAD_HINT: Final = _core.BAD_HINT
+_TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+_UNUSABLE_WAIT: Final = "an unusable wait (negative, NaN, or infinite without max_delay)"
 
 
 class OutcomeHandling(AttemptMechanics):
@@ -46,6 +52,11 @@ class OutcomeHandling(AttemptMechanics):
             self._bad_input(subject, payload)
         else:  # ABORT: an observer raised KeyboardInterrupt/SystemExit (already primary)
             self._execute(self._run.cancel())
+
+    def _handle_timed(self, event: Event) -> None:
+        """``_handle`` for a run with a deadline: the core is told the time first."""
+        self._run.clock(self._loop.time())
+        self._handle(event)
 
     def _end(self, attempt: Attempt) -> None:
         self._running[attempt.job] = None
@@ -136,12 +147,119 @@ class OutcomeHandling(AttemptMechanics):
         """Report a failed attempt; the core decides whether it is retried and when."""
         job = attempt.job
         delay, commands = self._run.failed(job, retryable)
+        problem: str | None = None
+        if delay is None and commands and commands[0][0] == _HINT:
+            delay, commands, problem = self._ask_hook(attempt, exc)
+        skipped: tuple[float | None] | None = None
         if delay is None:
             self._failed_for_good(attempt, exc)
+            if self._deadline is not None or problem is not None:
+                skipped = self._note_why(attempt, exc, commands, problem)
+        number = attempt.number + 1
         self._reporter.attempt_failed(
-            job, attempt.number + 1, exc, timed_out=attempt.timed_out, retry_delay=delay
+            job, number, exc, timed_out=attempt.timed_out, retry_delay=delay
         )
+        if skipped is not None:
+            self._reporter.retry_skipped(job, number, exc, skipped[0])
         self._execute(commands)
+
+    def _ask_hook(
+        self, attempt: Attempt, exc: BaseException
+    ) -> tuple[float | None, list[_core.Command], str | None]:
+        """HINT: call the job's ``retry_after`` hook with ``exc`` and tell the core what it
+        said. Returns the core's ``(delay, commands)`` and, when the hint was unusable, what
+        was wrong with it (for the note; never the value itself)."""
+        job = attempt.job
+        n = self._n
+        if job < n:
+            hook = self._nodes[job].retry_after
+        else:
+            release = self._nodes[job - n].release
+            hook = release.retry_after if release is not None else None
+        run = self._run
+        if hook is None:  # pragma: no cover - the core asks only jobs that have a hook
+            raise RuntimeError("sdax_hamilton internal error: HINT for a job without a hook")
+        problem: str | None = None
+        try:
+            value = hook(exc)
+        except BaseException as hook_error:
+            problem = f"raised {type(hook_error).__qualname__}"
+            if isinstance(hook_error, _TERMINATION):  # stops the run, like out of a node
+                self._record.terminate(hook_error)
+                self._execute(run.cancel())
+            else:  # kept with the failure it was asked about (``failures(exc)``)
+                attach_failures(exc, (hook_error,))
+            if self._deadline is not None:
+                run.clock(self._loop.time())
+            delay, commands = run.hint_failed(job)
+            return delay, commands, problem
+        if type(value) is _CoroutineType:
+            value.close()  # an async hook: unusable (it is called, never awaited)
+        if self._deadline is not None:
+            run.clock(self._loop.time())
+        delay, commands = run.hinted(job, value)
+        if delay is None and any(op == _BAD_HINT for op, *_ in commands):
+            kind = type(value)
+            if kind is int or kind is float:
+                problem = f"returned {_UNUSABLE_WAIT}"
+            else:
+                problem = f"returned a {kind.__qualname__} instead of a number or None"
+        return delay, commands, problem
+
+    def _note_why(
+        self,
+        attempt: Attempt,
+        exc: BaseException,
+        commands: list[_core.Command],
+        problem: str | None,
+    ) -> tuple[float | None] | None:
+        """Note on ``exc`` why its failure is final when the run's timeout or the
+        ``retry_after`` hook decided it. Returns ``(wait,)`` when a retry was skipped for lack
+        of time (``wait``: the one that did not fit, ``None`` once the deadline had passed)."""
+        job = attempt.job
+        subject = self._reporter.subject(job)
+        notes: list[str] = []
+        skipped: tuple[float | None] | None = None
+        clipped = attempt.timed_out and self._was_clipped(job, attempt.number)
+        if clipped:
+            notes.append(
+                f"sdax_hamilton: {subject}: attempt {attempt.number + 1} was cut short by "
+                "the run's timeout"
+            )
+        if problem is not None:
+            notes.append(
+                f"sdax_hamilton: {subject}: its retry_after hook {problem}; the retry was not taken"
+            )
+            self._reporter.hint_unusable(job, attempt.number + 1, problem)
+        for op, command_job, _number, arg in commands:
+            if op == _NO_ROOM and command_job == job:
+                skipped = (arg,)
+                if arg is not None:
+                    notes.append(
+                        f"sdax_hamilton: {subject}: the run's timeout left no room for a "
+                        f"retry (its wait of {arg:.3g} s would end past it)"
+                    )
+                elif not clipped:  # a clipped timeout says it already
+                    notes.append(
+                        f"sdax_hamilton: {subject}: the run's timeout left no room for a retry"
+                    )
+                break
+        for note in notes:
+            try:
+                add_note_once(exc, note)
+            except Exception:  # pragma: no cover - a user object with a broken __notes__
+                pass
+        return skipped
+
+    def _expired(self, job: int, attempt_number: int) -> None:
+        """EXPIRE: the run's deadline passed before attempt ``attempt_number`` of ``job``
+        could start; the job fails with a ``TimeoutError``."""
+        error = TimeoutError("the run's timeout expired")
+        subject = self._reporter.subject(job)
+        when = f"attempt {attempt_number + 1} could start" if attempt_number else "it could start"
+        self._failed_for_good(Attempt(job, attempt_number, None), error, attempt_number == 0)
+        add_note_once(error, f"sdax_hamilton: {subject}: the run's timeout expired before {when}")
+        self._reporter.deadline_expired(job, attempt_number + 1, error)
 
     def _unstarted(self, attempt: Attempt) -> None:
         self._end(attempt)

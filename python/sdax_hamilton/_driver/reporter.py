@@ -80,9 +80,17 @@ class Reporter:
 
     # ---------------------------------------------------------------- the whole run
 
-    def run_started(self, nodes: tuple[str, ...]) -> None:
+    def run_started(self, nodes: tuple[str, ...], deadline: float | None = None) -> None:
+        """The run begins; ``deadline``: loop time at which its timeout ends the forward
+        phase (``None``: the run has no timeout)."""
+        if deadline is not None and self._debug:
+            logger.debug(
+                "run timeout %.3f s: the forward phase ends by loop time %.3f",
+                deadline - self._loop.time(),
+                deadline,
+            )
         if self._observers is not None:
-            self._emit("run_started", "", 0, nodes=nodes)
+            self._emit("run_started", "", 0, nodes=nodes, deadline=deadline)
 
     def shutdown_started(self) -> None:
         if self._observers is not None:
@@ -95,17 +103,24 @@ class Reporter:
 
     # ---------------------------------------------------------------- attempts
 
-    def attempt_started(self, job: int, number: int) -> None:
-        """The function of ``job`` is called for attempt ``number``."""
+    def attempt_started(self, job: int, number: int, clipped: bool = False) -> None:
+        """The function of ``job`` is called for attempt ``number`` (``clipped``: its
+        timeout is the time left before the run's deadline)."""
         forward = job < self._n
         name = self._name(job)
         if self._debug:
             if forward:
-                logger.debug("node %r: attempt %d started", name, number)
+                logger.debug(
+                    "node %r: attempt %d started%s",
+                    name,
+                    number,
+                    " (timeout clipped to the run's)" if clipped else "",
+                )
             else:
                 logger.debug("release of %r: attempt %d started", name, number)
         if self._observers is not None:
-            self._emit("attempt_started" if forward else "release_started", name, number)
+            kind: EventKind = "attempt_started" if forward else "release_started"
+            self._emit(kind, name, number, clipped=clipped)
 
     def attempt_returned(self, job: int, number: int, timed_out: bool) -> None:
         """A forward attempt returned a value (its output check comes next)."""
@@ -154,18 +169,60 @@ class Reporter:
                 retry: EventKind = "retry_scheduled" if forward else "release_retry_scheduled"
                 self._emit(retry, name, number, delay=retry_delay)
 
-    def attempt_timed_out(self, job: int, number: int, timeout: float | None) -> None:
-        """Our timer cancelled the attempt; it is draining."""
+    def attempt_timed_out(
+        self, job: int, number: int, timeout: float | None, clipped: bool = False
+    ) -> None:
+        """Our timer cancelled the attempt; it is draining. ``clipped``: the timeout was
+        the time left before the run's deadline (the run's timeout cut it short)."""
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(
-                "%s: attempt %d timed out after %s s; waiting for it to finish",
+                "%s: attempt %d timed out after %s s%s; waiting for it to finish",
                 self._subject(job),
                 number,
                 timeout,
+                " (cut short by the run's timeout)" if clipped else "",
             )
         if self._observers is not None:
             kind: EventKind = "attempt_timed_out" if job < self._n else "release_timed_out"
-            self._emit(kind, self._name(job), number)
+            self._emit(kind, self._name(job), number, clipped=clipped)
+
+    def retry_skipped(
+        self, job: int, number: int, error: BaseException, wait: float | None
+    ) -> None:
+        """The failure of attempt ``number`` would be retried, but the wait (``None``: any)
+        would not end before the run's deadline: the job failed for good."""
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning(
+                "%s: attempt %d failed with %s; the run's timeout left no room for a retry%s",
+                self._subject(job),
+                number,
+                type(error).__qualname__,
+                "" if wait is None else f" (wait {wait:.3f} s)",
+            )
+        if self._observers is not None:
+            self._emit("retry_skipped", self._name(job), number, delay=wait, error=error)
+
+    def hint_unusable(self, job: int, number: int, problem: str) -> None:
+        """The ``retry_after`` hook asked about attempt ``number`` ``problem`` (raised, or
+        returned an unusable wait): the retry was not taken."""
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning(
+                "%s: attempt %d: its retry_after hook %s; the retry was not taken",
+                self._subject(job),
+                number,
+                problem,
+            )
+
+    def deadline_expired(self, job: int, number: int, error: BaseException) -> None:
+        """The run's deadline passed before attempt ``number`` of ``job`` could start."""
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning(
+                "%s: the run's timeout expired before %s could start",
+                self._subject(job),
+                "it" if number == 1 else f"attempt {number}",
+            )
+        if self._observers is not None:
+            self._emit("deadline_expired", self._name(job), number, error=error)
 
     def attempt_cancelled(self, job: int, number: int, error: BaseException | None = None) -> None:
         """The run's abort ended the attempt (``error``: what it raised meanwhile, if not its
@@ -208,6 +265,10 @@ class Reporter:
         n = self._n
         return self._names[job if job < n else job - n]
 
+    def subject(self, job: int) -> str:
+        """``node 'name'`` or ``release of 'name'``, as in notes and logs."""
+        return self._subject(job)
+
     def _subject(self, job: int) -> str:
         if job < self._n:
             return f"node {self._names[job]!r}"
@@ -221,9 +282,22 @@ class Reporter:
         delay: float | None = None,
         error: BaseException | None = None,
         nodes: tuple[str, ...] = (),
+        deadline: float | None = None,
+        clipped: bool = False,
     ) -> None:
         """Call every observer with one event; an observer's exception never escapes."""
-        event = RunEvent(kind, node, attempt, self._loop.time(), delay, error, self._run_id, nodes)
+        event = RunEvent(
+            kind,
+            node,
+            attempt,
+            self._loop.time(),
+            delay,
+            error,
+            self._run_id,
+            nodes,
+            deadline,
+            clipped,
+        )
         for observer in self._observers or ():
             try:
                 observer(event)

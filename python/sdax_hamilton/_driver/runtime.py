@@ -16,6 +16,8 @@ class ReleaseRuntime:
     call: Callable[[Any], Any]
     """Called with one ``Acquisition``; an awaitable result is awaited; must return ``None``."""
     retryable: tuple[type[BaseException], ...]
+    retry_after: Callable[[BaseException], object] | None = None
+    """The release policy's ``retry_after`` hook, called when the core emits a HINT."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,8 @@ class NodeRuntime:
     """Declared output type, recorded in the node's ``Acquisition``."""
     release: ReleaseRuntime | None
     """Set on owned acquisitions."""
+    retry_after: Callable[[BaseException], object] | None = None
+    """The forward policy's ``retry_after`` hook, called when the core emits a HINT."""
 
 
 def is_retryable(exc: BaseException, retryable: tuple[type[BaseException], ...]) -> bool:

@@ -41,6 +41,9 @@ class RunState:
         "_abort_requested",
         "_acquisitions",
         "_began",
+        "_budget",
+        "_clipped",
+        "_deadline",
         "_entered",
         "_events",
         "_fresh",
@@ -92,6 +95,7 @@ class RunState:
         seed: int | None,
         observers: Any,
         instant: bool,
+        budget: float | None = None,
     ) -> None:
         self._plan = plan
         self._nodes = nodes
@@ -100,6 +104,12 @@ class RunState:
         self._seed = seed
         self._observers = observers
         self._instant = instant
+        # The run's timeout (docs/lifecycle.md, "Deadlines and server-directed waits"): its
+        # budget in seconds, the loop time it ends the forward phase (set when the run is
+        # entered), and per forward job the attempt (0-based) whose START was clipped.
+        self._budget = budget
+        self._deadline: float | None = None
+        self._clipped: list[int] | None = None
         self._entered = False
         self._n = len(nodes)
         self._record = FailureRecord()

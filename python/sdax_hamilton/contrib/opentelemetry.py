@@ -22,6 +22,12 @@ arguments and results may hold secrets. Retry waits (``retry_scheduled`` with
 ``sdax_hamilton.retry_delay``), dropped retries and rejected inputs are events on the run
 span.
 
+Run timeouts (docs/lifecycle.md, "Deadlines and server-directed waits"): the run span has
+``sdax_hamilton.timeout`` (seconds) when the run was given one; an attempt span whose
+timeout was cut to the time left has ``sdax_hamilton.clipped`` set to true (so has its
+``timeout`` event); ``retry_skipped`` (a retry without time left; ``sdax_hamilton.retry_delay``
+is the wait that did not fit) and ``deadline_expired`` are events on the run span.
+
 Spans the node functions create themselves are children of the context the run was
 opened in, not of these attempt spans (an observer cannot enter a node's context).
 """
@@ -99,9 +105,12 @@ class SpanObserver:
             span = None
             context = None
             if kind == "run_started":
-                span = self._tracer.start_span(
-                    "sdax_hamilton.run", attributes={_PREFIX + "nodes": len(event.nodes)}
-                )
+                run_attributes: dict[str, str | int | float | bool] = {
+                    _PREFIX + "nodes": len(event.nodes)
+                }
+                if event.deadline is not None:
+                    run_attributes[_PREFIX + "timeout"] = event.deadline - event.time
+                span = self._tracer.start_span("sdax_hamilton.run", attributes=run_attributes)
                 context = trace.set_span_in_context(span)
             run = self._runs[event.run] = _Run(span, context)
             if kind == "run_started":
@@ -113,15 +122,14 @@ class SpanObserver:
         key = (event.node, release)
         if kind == "attempt_started" or kind == "release_started":
             name = f"release {event.node}" if release else event.node
-            span = self._tracer.start_span(
-                name,
-                context=run.context,
-                attributes={
-                    _PREFIX + "node": event.node,
-                    _PREFIX + "attempt": event.attempt,
-                    _PREFIX + "release": release,
-                },
-            )
+            attributes: dict[str, str | int | float | bool] = {
+                _PREFIX + "node": event.node,
+                _PREFIX + "attempt": event.attempt,
+                _PREFIX + "release": release,
+            }
+            if event.clipped:
+                attributes[_PREFIX + "clipped"] = True
+            span = self._tracer.start_span(name, context=run.context, attributes=attributes)
             run.attempts[key] = _Attempt(span)
         elif kind in _END_OUTCOME:
             attempt = run.attempts.pop(key, None)
@@ -134,9 +142,12 @@ class SpanObserver:
             attempt = run.attempts.get(key)
             if attempt is not None:
                 attempt.timed_out = True
-                attempt.span.add_event("timeout")
+                if event.clipped:
+                    attempt.span.add_event("timeout", {_PREFIX + "clipped": True})
+                else:
+                    attempt.span.add_event("timeout")
         elif run.span is not None:
-            attributes: dict[str, str | int | float | bool] = {_PREFIX + "node": event.node}
+            attributes = {_PREFIX + "node": event.node}
             if event.attempt:
                 attributes[_PREFIX + "attempt"] = event.attempt
             if event.delay is not None:
