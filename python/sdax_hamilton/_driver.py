@@ -70,6 +70,7 @@ from ._observe import EventKind, Observer, RunEvent, observers_of
 __all__ = [
     "INSTANT_RETRIES",
     "JITTER_SEED",
+    "TIMEOUT_MESSAGE",
     "NodeRuntime",
     "ReleaseRuntime",
     "is_retryable",
@@ -101,6 +102,10 @@ INSTANT_RETRIES: ContextVar[bool] = ContextVar("sdax_hamilton_instant_retries", 
 """Set by ``sdax_hamilton.testing.instant_retries``: retry waits of runs opened meanwhile are 0."""
 
 _run_ids = itertools.count(1)
+
+TIMEOUT_MESSAGE: Final = "sdax_hamilton: the attempt timed out"
+"""The message of the cancellation that ends a timed-out attempt (node hooks around an
+attempt tell a timeout from other cancellations by it, docs/adapters.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -836,7 +841,7 @@ class _RunContext:
         if self._abort_requested or task.cancelling() > attempt.baseline:
             return  # the caller's cancellation is already on its way into the attempt
         attempt.timed_out = True
-        task.cancel()
+        task.cancel(TIMEOUT_MESSAGE)
         self._timed_out(attempt)
 
     def _on_timeout(self, attempt: _Attempt) -> None:
@@ -850,7 +855,7 @@ class _RunContext:
             attempt.timer = self._loop.call_soon(self._on_timeout, attempt)
             return
         attempt.timed_out = True
-        task.cancel()
+        task.cancel(TIMEOUT_MESSAGE)
         self._timed_out(attempt)
 
     def _timed_out(self, attempt: _Attempt) -> None:

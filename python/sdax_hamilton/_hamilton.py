@@ -39,12 +39,13 @@ import inspect
 import logging
 import sys
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from types import FunctionType, MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from . import _declarations
+from ._adapters import Adapters, check_adapters, pre_do_anything
 from ._spec import InputSpec, NodeSpec, ReleaseSpec
 from ._types import accepts, compatible, validate_type
 
@@ -1275,6 +1276,8 @@ class _Translator:
             node_.depended_on_by.clear()
         del checked
 
+        # Hamilton's own nodes, for the FunctionGraph that lifecycle adapters are shown.
+        self.hamilton_nodes = {name: item.node for name, item in by_name.items()}
         policies, releases, ownership = self._place(by_name)
         default_policy = self._default_policy()
 
@@ -1547,7 +1550,12 @@ class Driver:
     _nodes: dict[str, NodeSpec]
     _config: Mapping[str, Any]
 
-    def __init__(self, *modules: ModuleType, config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        *modules: ModuleType,
+        config: Mapping[str, Any] | None = None,
+        adapters: Sequence[object] | None = None,
+    ) -> None:
         if config is not None and not isinstance(config, Mapping):
             raise TypeError(f"Configuration must be a mapping, not {type(config).__name__}")
         values: dict[str, Any] = dict(config) if config is not None else {}
@@ -1564,11 +1572,18 @@ class Driver:
         for module in modules:
             if not any(module is seen for seen in unique):
                 unique.append(module)
+        accepted = check_adapters(adapters)
+        if accepted:
+            pre_do_anything(accepted)
         translator = _Translator(tuple(unique), values)
         translator.discover()
         translator.check_declarations()
         self._nodes = translator.build()
         self._config = MappingProxyType(values)
+        # Lifecycle adapters (docs/adapters.md): build-time hooks run here.
+        self._adapters = (
+            Adapters(accepted, translator.hamilton_nodes, unique, values) if accepted else None
+        )
         self._graph: _core.Graph | None = None
 
     def prepare(
@@ -1592,4 +1607,5 @@ class Driver:
             override_nodes=override_nodes,
             check_outputs=check_outputs,
             graph=self._graph,
+            adapters=self._adapters,
         )

@@ -14,13 +14,16 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _core
 from ._driver import NodeRuntime, ReleaseRuntime, open_run
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
 from ._types import accepts, checker, compatible, describe, validate_type
+
+if TYPE_CHECKING:
+    from ._adapters import Adapters
 
 Check = Callable[[Any], bool]
 
@@ -90,6 +93,8 @@ class _Program:
     """Active node specs, in ``plan.nodes`` order (for pictures and reports)."""
     replaced: Mapping[str, str]
     """Reached nodes that do not run: name -> ``"config"`` or ``"override"``."""
+    adapters: Adapters | None = None
+    """The Driver's Hamilton lifecycle adapters, if any (docs/adapters.md)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -152,13 +157,25 @@ class PreparedPlan:
         """
         values = self._values(inputs, overrides)
         program = self._program
-        return open_run(
-            program.plan,
+        adapters = program.adapters
+        if adapters is None:
+            return open_run(
+                program.plan,
+                program.runtimes,
+                values,
+                self.outputs,
+                seed=program.seed,
+                observer=observer,
+            )
+        return adapters.open(
             program.runtimes,
-            values,
-            self.outputs,
-            seed=program.seed,
-            observer=observer,
+            lambda runtimes: open_run(
+                program.plan, runtimes, values, self.outputs, seed=program.seed, observer=observer
+            ),
+            final_vars=self.outputs,
+            inputs=inputs or {},
+            overrides=overrides or {},
+            execution_path=program.plan.nodes,
         )
 
     def to_dot(self) -> str:
@@ -214,6 +231,7 @@ def build_plan(
     check_outputs: object = True,
     graph: _core.Graph | None = None,
     seed: int | None = None,
+    adapters: Adapters | None = None,
 ) -> PreparedPlan:
     """SPEC 6: validate a selection and compile it into a ``PreparedPlan``."""
     if type(check_outputs) is not bool:
@@ -350,6 +368,7 @@ def build_plan(
             {name: "config" for name in config_replaced if name in reached}
             | {name: "override" for name in overridden}
         ),
+        adapters=adapters,
     )
     return PreparedPlan(
         outputs=outputs,
