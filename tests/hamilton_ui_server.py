@@ -6,7 +6,7 @@ migrate the sqlite database, run Django's server with the ``mini`` settings), ex
 binds ``127.0.0.1`` instead of ``0.0.0.0`` and runs without Django's autoreloader, so the
 test owns exactly one process and nothing listens beyond loopback.
 
-:class:`HamiltonUI` starts that process, waits for ``/api/v0/health``, and stops it; its
+:class:`HamiltonUI` starts that process, waits for ``/api/v1/health``, and stops it; its
 ``get``/``post`` talk to the API as a local user (the ``mini`` settings authenticate by the
 ``x-api-user`` header, creating the user on first sight).
 """
@@ -66,8 +66,8 @@ class HamiltonUI:
                     + self.output()
                 )
             try:
-                with urllib.request.urlopen(f"{self.api}/v0/health", timeout=5) as response:
-                    if response.status == 200:
+                with urllib.request.urlopen(f"{self.api}/v1/health", timeout=5) as response:
+                    if response.status == 200 and json.loads(response.read()) is True:
                         return
             except (urllib.error.URLError, OSError):
                 pass
@@ -114,7 +114,10 @@ class HamiltonUI:
             return json.loads(response.read() or b"null")
 
     def create_project(self, name: str) -> int:
-        """Create a project visible to the test user, through the UI's API; its id."""
+        """Create a project writable by the test user, through the UI's API; its id.
+
+        (A user listed as both reader and writer makes the server insert the same
+        membership twice and fail, so the user is listed once, as a writer.)"""
         project = self.request(
             "POST",
             "/v1/projects",
@@ -123,7 +126,7 @@ class HamiltonUI:
                 "description": "sdax_hamilton adapter tests",
                 "tags": {},
                 "visibility": {
-                    "user_ids_visible": [USERNAME],
+                    "user_ids_visible": [],
                     "team_ids_visible": [],
                     "team_ids_writable": [],
                     "user_ids_writable": [USERNAME],
