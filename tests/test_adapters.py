@@ -468,12 +468,15 @@ def test_shape_errors_raise_before_any_hook(graph: Any) -> None:
 
 
 class Raising(NodeExecutionHook, GraphExecutionHook):
-    def __init__(self, where: set[str], exc: type[BaseException] = RuntimeError) -> None:
+    def __init__(
+        self, where: set[str], exc: type[BaseException] = RuntimeError, node: str | None = None
+    ) -> None:
         self.where = where
         self.exc = exc
+        self.node = node
 
-    def _maybe(self, where: str) -> None:
-        if where in self.where:
+    def _maybe(self, where: str, node: str | None = None) -> None:
+        if where in self.where and (self.node is None or node == self.node):
             raise self.exc(f"hook {where} broke")
 
     def run_before_graph_execution(self, **kwargs: Any) -> None:
@@ -482,11 +485,11 @@ class Raising(NodeExecutionHook, GraphExecutionHook):
     def run_after_graph_execution(self, **kwargs: Any) -> None:
         self._maybe("post_graph")
 
-    def run_before_node_execution(self, **kwargs: Any) -> None:
-        self._maybe("pre_node")
+    def run_before_node_execution(self, *, node_name: str, **kwargs: Any) -> None:
+        self._maybe("pre_node", node_name)
 
-    def run_after_node_execution(self, **kwargs: Any) -> None:
-        self._maybe("post_node")
+    def run_after_node_execution(self, *, node_name: str, **kwargs: Any) -> None:
+        self._maybe("post_node", node_name)
 
 
 async def test_a_raising_hook_is_logged_and_ignored(
@@ -511,15 +514,16 @@ async def test_a_hook_raising_keyboard_interrupt_stops_the_run_after_releases(
     graph: Any,
 ) -> None:
     recorder = Recorder(graph.LOG)
-    plan = Driver(graph, adapters=[recorder, Raising({"post_node"}, KeyboardInterrupt)]).prepare(
-        ["total"]
-    )
+    raising = Raising({"post_node"}, KeyboardInterrupt, node="total")
+    plan = Driver(graph, adapters=[recorder, raising]).prepare(["total"])
     with pytest.raises(KeyboardInterrupt):
         await plan.execute(inputs={"x": 1})
-    # Whatever the hook does, the acquired resource is released, before the graph hook ends.
-    if "call pool" in graph.LOG:
-        assert graph.LOG.count("release pool") == 1
-        assert graph.LOG.index("release pool") < graph.LOG.index("post_graph")
+    # Like a node raising it: the run stops, and the acquired resource is still released,
+    # before the graph hook reports the end of the run.
+    assert graph.LOG.count("call pool") == 1
+    assert graph.LOG.count("release pool") == 1
+    assert graph.LOG.index("call total") < graph.LOG.index("release pool")
+    assert graph.LOG.index("release pool") < graph.LOG.index("post_graph")
     (post,) = recorder.of("post_graph")
     assert isinstance(post["error"], KeyboardInterrupt)
 
