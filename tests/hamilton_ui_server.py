@@ -144,9 +144,7 @@ class HamiltonUI:
 
     def run(self, run_id: int) -> dict[str, Any]:
         """One DAG run with its node runs (and their error/result attributes)."""
-        (found,) = self.request(
-            "GET", f"/v1/dag_runs/{run_id}?attr=error&attr=result_summary"
-        )
+        (found,) = self.request("GET", f"/v1/dag_runs/{run_id}?attr=error&attr=result_summary")
         result: dict[str, Any] = found
         return result
 

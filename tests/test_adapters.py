@@ -505,7 +505,9 @@ async def test_a_raising_hook_is_logged_and_ignored(
     assert graph.LOG.count("call flaky") == 2
     assert graph.LOG.count("release pool") == 1
     messages = [r.getMessage() for r in caplog.records if "adapter" in r.getMessage()]
-    assert any("Raising raised RuntimeError in pre_node_execute of node 'base'" in m for m in messages)
+    assert any(
+        "Raising raised RuntimeError in pre_node_execute of node 'base'" in m for m in messages
+    )
     assert any("in pre_graph_execute" in m for m in messages)
     assert any("in post_graph_execute" in m for m in messages)
 

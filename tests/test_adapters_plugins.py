@@ -166,9 +166,7 @@ async def test_opentelemetry_tracer_produces_spans(make_module: Any, tracing: An
     assert {s.parent.span_id for s in inside} == {first.context.span_id, second.context.span_id}
 
 
-async def test_opentelemetry_failed_run_and_concurrent_runs(
-    make_module: Any, tracing: Any
-) -> None:
+async def test_opentelemetry_failed_run_and_concurrent_runs(make_module: Any, tracing: Any) -> None:
     from hamilton.plugins.h_opentelemetry import OpenTelemetryTracer
     from opentelemetry.trace import StatusCode
 
@@ -203,5 +201,7 @@ async def test_opentelemetry_failed_run_and_concurrent_runs(
     failed = [s for s in roots if s.status.status_code == StatusCode.ERROR]
     assert len(failed) == 1
     for root in roots:
-        children = [s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id]
+        children = [
+            s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id
+        ]
         assert sorted(s.name for s in children) == ["broken", "ok"]

@@ -44,9 +44,7 @@ def hamilton_ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HamiltonUI
         if importlib.util.find_spec(name) is None
     ]
     if missing:
-        _unavailable(
-            f"{', '.join(missing)} not installed (pip install 'apache-hamilton[ui,sdk]')"
-        )
+        _unavailable(f"{', '.join(missing)} not installed (pip install 'apache-hamilton[ui,sdk]')")
     server = HamiltonUI(tmp_path_factory.mktemp("hamilton-ui"), free_port())
     try:
         server.start()
@@ -58,7 +56,7 @@ def hamilton_ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HamiltonUI
         server.stop()
 
 
-GRAPH = '''
+GRAPH = """
 from sdax_hamilton import Acquisition, execution, shutdown
 
 LOG = []
@@ -94,7 +92,7 @@ def report(fetch: int) -> int:
     if fetch < 0:
         raise ValueError("negative count")
     return fetch + 1
-'''
+"""
 
 
 @pytest.fixture
@@ -168,9 +166,7 @@ async def test_tracker_records_a_run_with_a_retry_and_a_release(
     assert not [a for a in nodes["report"]["attributes"] if a["type"] == "error"]
 
 
-async def test_tracker_records_a_failed_run(
-    hamilton_ui: HamiltonUI, tracked_module: Any
-) -> None:
+async def test_tracker_records_a_failed_run(hamilton_ui: HamiltonUI, tracked_module: Any) -> None:
     project_id = hamilton_ui.create_project("sdax failed run")
     tracker = tracker_for(hamilton_ui, project_id)
     tracked_module.FAIL_FIRST["fetch"] = 0

@@ -151,8 +151,7 @@ def check_adapters(adapters: object) -> tuple[object, ...]:
         unknown = hooks - _TASK_HOOKS - _BUILD_HOOKS - _RUN_HOOKS
         if unknown:
             raise ValueError(
-                f"Adapter {name} is refused: its hooks {sorted(unknown)} are unknown to "
-                "this Driver"
+                f"Adapter {name} is refused: its hooks {sorted(unknown)} are unknown to this Driver"
             )
         unique.append(adapter)
     return tuple(unique)
@@ -552,4 +551,3 @@ class Adapters:
                 error=error,
                 results=results if error is None else None,
             )
-
