@@ -33,7 +33,8 @@ import inspect
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from types import ModuleType
+from contextvars import ContextVar
+from types import CoroutineType, ModuleType
 from typing import Any, Final
 
 from ._driver import TIMEOUT_MESSAGE, NodeRuntime
@@ -164,11 +165,6 @@ def pre_do_anything(adapters: Sequence[object]) -> None:
         lifecycle.call_all_lifecycle_hooks_sync("pre_do_anything")
 
 
-async def _maybe_await(value: object) -> None:
-    if inspect.isawaitable(value):
-        await value
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Hook:
     """One hook of one adapter, with how to call it."""
@@ -182,6 +178,8 @@ class _Hook:
     """``call`` is ``run_before_node_execution`` & co., which take the public arguments."""
     extra: bool
     """``call`` accepts extra keyword arguments: it is also given ``attempt``."""
+    is_async: bool
+    """``call`` is a coroutine function: awaited."""
 
 
 def _node_hooks(adapters: Sequence[object], hook: str, public: str, base: Any) -> list[_Hook]:
@@ -203,7 +201,16 @@ def _node_hooks(adapters: Sequence[object], hook: str, public: str, base: Any) -
             and callable(getattr(adapter, public, None))
         )
         call = getattr(adapter, public if bridged else hook)
-        hooks.append(_Hook(adapter, hook, call, bridged, _accepts_extra_keywords(call)))
+        hooks.append(
+            _Hook(
+                adapter,
+                hook,
+                call,
+                bridged,
+                _accepts_extra_keywords(call),
+                inspect.iscoroutinefunction(call),
+            )
+        )
     return hooks
 
 
@@ -230,23 +237,59 @@ def _reported(exc: BaseException) -> BaseException:
     return exc
 
 
+@dataclasses.dataclass(slots=True)
+class _RunState:
+    """What the node hooks of one run share: its id and the attempts made per node."""
+
+    run_id: str
+    attempts: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+_RUN: Final[ContextVar[_RunState]] = ContextVar("sdax_hamilton_adapter_run")
+"""Set by :meth:`Adapters.open` around a run; node tasks see it (they run in copies of the
+caller's context), so a plan's wrapped calls are built once, not per run."""
+
+
 class _NodeCall:
-    """The call of one node in one run, wrapped in that run's node hooks."""
+    """The call of one node, wrapped in the node hooks (built once per plan and node).
 
-    __slots__ = ("_adapters", "_attempts", "_call", "_node", "_run_id")
+    Every hook of an attempt runs where the node's function runs: in the attempt's task (or
+    inline in the run's forward task), so a hook that sets context (an OpenTelemetry span)
+    sees the same context before and after, and the function runs inside it. When the
+    function is synchronous and every node hook is too, the attempt stays synchronous.
+    """
 
-    def __init__(
-        self, adapters: Adapters, run_id: str, node: Any, call: Callable[..., Any]
-    ) -> None:
+    __slots__ = ("_adapters", "_call", "_input_types", "_name", "_node", "_sync", "_tags", "_type")
+
+    def __init__(self, adapters: Adapters, node: Any, call: Callable[..., Any]) -> None:
         self._adapters = adapters
-        self._run_id = run_id
         self._node = node
+        self._name: str = node.name
         self._call = call
-        self._attempts = 0
+        self._input_types = {key: value[0] for key, value in node.input_types.items()}
+        self._tags: dict[str, Any] = node.tags
+        self._type: Any = node.type
+        self._sync = adapters.sync_node_hooks and not inspect.iscoroutinefunction(call)
 
     def __call__(self, **kwargs: Any) -> Any:
-        self._attempts += 1
-        return self._adapters._attempt(self._run_id, self._node, self._call, kwargs, self._attempts)
+        state = _RUN.get()
+        name = self._name
+        attempt = state.attempts[name] = state.attempts.get(name, 0) + 1
+        if not self._sync:
+            return self._adapters._attempt(state.run_id, self, kwargs, attempt)
+        adapters = self._adapters
+        run_id = state.run_id
+        adapters._before_sync(run_id, self, kwargs, attempt)
+        try:
+            result = self._call(**kwargs)
+        except BaseException as exc:
+            adapters._after_sync(run_id, self, kwargs, attempt, False, exc, None)
+            raise
+        if type(result) is CoroutineType or inspect.isawaitable(result):
+            # A synchronous function returning an awaitable: the attempt ends when it does.
+            return adapters._finish(run_id, self, kwargs, attempt, result)
+        adapters._after_sync(run_id, self, kwargs, attempt, True, None, result)
+        return result
 
 
 class Adapters:
@@ -263,6 +306,7 @@ class Adapters:
         "post_node",
         "pre_graph",
         "pre_node",
+        "sync_node_hooks",
     )
 
     def __init__(
@@ -313,6 +357,7 @@ class Adapters:
         self.post_node = _node_hooks(
             adapters, "post_node_execute", "run_after_node_execution", NodeExecutionHook
         )
+        self.sync_node_hooks = not any(h.is_async for h in (*self.pre_node, *self.post_node))
         self._async_init = lifecycle.does_hook("post_graph_construct", is_async=True) or any(
             callable(getattr(adapter, "ainit", None)) for adapter in adapters
         )
@@ -389,71 +434,135 @@ class Adapters:
             view = self._graph_view = HamiltonGraph.from_graph(self.graph)
         return view
 
-    def runtimes_for(
-        self, run_id: str, runtimes: tuple[NodeRuntime, ...]
-    ) -> tuple[NodeRuntime, ...]:
-        """The node runtimes of one run, each call wrapped in the node hooks."""
+    def wrap(self, runtimes: tuple[NodeRuntime, ...]) -> tuple[NodeRuntime, ...]:
+        """A plan's node runtimes with every call wrapped in the node hooks (once per plan)."""
         if not self.pre_node and not self.post_node:
             return runtimes
         nodes = self.graph.nodes
         return tuple(
-            dataclasses.replace(rt, call=_NodeCall(self, run_id, nodes[rt.name], rt.call))
+            dataclasses.replace(rt, call=_NodeCall(self, nodes[rt.name], rt.call))
             for rt in runtimes
         )
 
+    # Node hooks. ``_attempt`` is an attempt as a coroutine (async function or async hooks);
+    # ``_before_sync``/``_after_sync`` serve attempts that stay synchronous.
+
     async def _attempt(
-        self,
-        run_id: str,
-        node_: Any,
-        call: Callable[..., Any],
-        kwargs: dict[str, Any],
-        attempt: int,
+        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
     ) -> Any:
         """One attempt: pre-node hooks, the call, post-node hooks (also after a failure)."""
         try:
             if self.pre_node:
-                await self._before_node(run_id, node_, kwargs, attempt)
-            result = call(**kwargs)
-            if inspect.isawaitable(result):
+                await self._before(run_id, node, kwargs, attempt)
+            result = node._call(**kwargs)
+            if type(result) is CoroutineType or inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
             error = _reported(exc)
             if self.post_node:
-                await self._after_node(run_id, node_, kwargs, attempt, False, error, None)
+                await self._after(run_id, node, kwargs, attempt, False, error, None)
             if error is not exc:
                 raise error from None
             raise
         if self.post_node:
-            await self._after_node(run_id, node_, kwargs, attempt, True, None, result)
+            await self._after(run_id, node, kwargs, attempt, True, None, result)
         return result
 
-    async def _before_node(
-        self, run_id: str, node_: Any, kwargs: dict[str, Any], attempt: int
+    async def _finish(
+        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int, aw: Any
+    ) -> Any:
+        try:
+            result = await aw
+        except BaseException as exc:
+            error = _reported(exc)
+            self._after_sync(run_id, node, kwargs, attempt, False, error, None)
+            if error is not exc:
+                raise error from None
+            raise
+        self._after_sync(run_id, node, kwargs, attempt, True, None, result)
+        return result
+
+    @staticmethod
+    def _pre_arguments(
+        hook: _Hook, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
+    ) -> dict[str, Any]:
+        if hook.public:
+            arguments: dict[str, Any] = {
+                "node_name": node._name,
+                "node_tags": node._tags,
+                "node_kwargs": kwargs,
+                "node_return_type": node._type,
+                "task_id": None,
+                "run_id": run_id,
+                "node_input_types": node._input_types,
+            }
+        else:
+            arguments = {"run_id": run_id, "node_": node._node, "kwargs": kwargs, "task_id": None}
+        if hook.extra:
+            arguments["attempt"] = attempt
+        return arguments
+
+    @staticmethod
+    def _post_arguments(
+        hook: _Hook,
+        run_id: str,
+        node: _NodeCall,
+        kwargs: dict[str, Any],
+        attempt: int,
+        success: bool,
+        error: BaseException | None,
+        result: Any,
+    ) -> dict[str, Any]:
+        if hook.public:
+            arguments: dict[str, Any] = {
+                "node_name": node._name,
+                "node_tags": node._tags,
+                "node_kwargs": kwargs,
+                "node_return_type": node._type,
+                "result": result,
+                "error": error,
+                "success": success,
+                "task_id": None,
+                "run_id": run_id,
+            }
+        else:
+            arguments = {
+                "run_id": run_id,
+                "node_": node._node,
+                "kwargs": kwargs,
+                "success": success,
+                "error": error,
+                "result": result,
+                "task_id": None,
+            }
+        if hook.extra:
+            arguments["attempt"] = attempt
+        return arguments
+
+    def _before_sync(
+        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
     ) -> None:
         for hook in self.pre_node:
-            if hook.public:
-                arguments: dict[str, Any] = {
-                    "node_name": node_.name,
-                    "node_tags": node_.tags,
-                    "node_kwargs": kwargs,
-                    "node_return_type": node_.type,
-                    "task_id": None,
-                    "run_id": run_id,
-                    "node_input_types": {k: v[0] for k, v in node_.input_types.items()},
-                }
-            else:
-                arguments = {"run_id": run_id, "node_": node_, "kwargs": kwargs, "task_id": None}
-            if hook.extra:
-                arguments["attempt"] = attempt
             try:
-                await _maybe_await(hook.call(**arguments))
+                hook.call(**self._pre_arguments(hook, run_id, node, kwargs, attempt))
             except Exception as exc:
-                _log_hook_error(hook, exc, f" of node {node_.name!r} (attempt {attempt})")
+                _log_hook_error(hook, exc, f" of node {node._name!r} (attempt {attempt})")
 
-    async def _after_node(
+    async def _before(
+        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
+    ) -> None:
+        for hook in self.pre_node:
+            try:
+                outcome = hook.call(**self._pre_arguments(hook, run_id, node, kwargs, attempt))
+                if hook.is_async:
+                    await outcome
+            except Exception as exc:
+                _log_hook_error(hook, exc, f" of node {node._name!r} (attempt {attempt})")
+
+    def _after_sync(
         self,
         run_id: str,
-        node_: Any,
+        node: _NodeCall,
         kwargs: dict[str, Any],
         attempt: int,
         success: bool,
@@ -462,34 +571,40 @@ class Adapters:
     ) -> None:
         interrupted: BaseException | None = None
         for hook in self.post_node:
-            if hook.public:
-                arguments: dict[str, Any] = {
-                    "node_name": node_.name,
-                    "node_tags": node_.tags,
-                    "node_kwargs": kwargs,
-                    "node_return_type": node_.type,
-                    "result": result,
-                    "error": error,
-                    "success": success,
-                    "task_id": None,
-                    "run_id": run_id,
-                }
-            else:
-                arguments = {
-                    "run_id": run_id,
-                    "node_": node_,
-                    "kwargs": kwargs,
-                    "success": success,
-                    "error": error,
-                    "result": result,
-                    "task_id": None,
-                }
-            if hook.extra:
-                arguments["attempt"] = attempt
+            arguments = self._post_arguments(
+                hook, run_id, node, kwargs, attempt, success, error, result
+            )
             try:
-                await _maybe_await(hook.call(**arguments))
+                hook.call(**arguments)
             except Exception as exc:
-                _log_hook_error(hook, exc, f" of node {node_.name!r} (attempt {attempt})")
+                _log_hook_error(hook, exc, f" of node {node._name!r} (attempt {attempt})")
+            except BaseException as exc:
+                if interrupted is None:
+                    interrupted = exc
+        if interrupted is not None:
+            raise interrupted
+
+    async def _after(
+        self,
+        run_id: str,
+        node: _NodeCall,
+        kwargs: dict[str, Any],
+        attempt: int,
+        success: bool,
+        error: BaseException | None,
+        result: Any,
+    ) -> None:
+        interrupted: BaseException | None = None
+        for hook in self.post_node:
+            arguments = self._post_arguments(
+                hook, run_id, node, kwargs, attempt, success, error, result
+            )
+            try:
+                outcome = hook.call(**arguments)
+                if hook.is_async:
+                    await outcome
+            except Exception as exc:
+                _log_hook_error(hook, exc, f" of node {node._name!r} (attempt {attempt})")
             except BaseException as exc:
                 # Every adapter that saw the start of the attempt sees its end; the first
                 # such exception (a cancellation, say) is re-raised once all have run.
@@ -506,15 +621,16 @@ class Adapters:
                 arguments = {"graph": self.graph, "run_id": run_id, **public}
                 arguments.pop("execution_path", None)
             try:
-                await _maybe_await(hook.call(**arguments))
+                outcome = hook.call(**arguments)
+                if hook.is_async or inspect.isawaitable(outcome):
+                    await outcome
             except Exception as exc:
                 _log_hook_error(hook, exc, "")
 
     @contextlib.asynccontextmanager
     async def open(
         self,
-        runtimes: tuple[NodeRuntime, ...],
-        run: Callable[[tuple[NodeRuntime, ...]], contextlib.AbstractAsyncContextManager[Any]],
+        run: Callable[[], contextlib.AbstractAsyncContextManager[Any]],
         *,
         final_vars: Sequence[str],
         inputs: Mapping[str, Any],
@@ -536,14 +652,16 @@ class Adapters:
         )
         results: dict[str, Any] | None = None
         error: BaseException | None = None
+        token = _RUN.set(_RunState(run_id))  # seen by the run's tasks, created meanwhile
         try:
-            async with run(self.runtimes_for(run_id, runtimes)) as outputs:
+            async with run() as outputs:
                 results = outputs
                 yield outputs
         except BaseException as exc:
             error = exc
             raise
         finally:
+            _RUN.reset(token)
             await self._graph_hooks(
                 self.post_graph,
                 run_id,

@@ -168,9 +168,13 @@ class PreparedPlan:
                 observer=observer,
             )
         return adapters.open(
-            program.runtimes,
-            lambda runtimes: open_run(
-                program.plan, runtimes, values, self.outputs, seed=program.seed, observer=observer
+            lambda: open_run(
+                program.plan,
+                program.runtimes,
+                values,
+                self.outputs,
+                seed=program.seed,
+                observer=observer,
             ),
             final_vars=self.outputs,
             inputs=inputs or {},
@@ -340,6 +344,8 @@ def build_plan(
     runtimes = tuple(
         _runtime(nodes[name], nodes, config, required, active_set, check_outputs) for name in active
     )
+    if adapters is not None:
+        runtimes = adapters.wrap(runtimes)  # node hooks around every call (docs/adapters.md)
     resource_outputs = tuple(
         name
         for name in outputs
