@@ -205,3 +205,18 @@ async def test_opentelemetry_failed_run_and_concurrent_runs(make_module: Any, tr
             s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id
         ]
         assert sorted(s.name for s in children) == ["broken", "ok"]
+
+
+def test_example_runs_with_a_progress_bar() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "adapters.py"
+    done = subprocess.run(
+        [sys.executable, str(example)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "report: north=150.5, south=99.5" in done.stdout
+    assert done.stdout.rstrip().endswith("connection closed")
+    assert "guide graph -> Execution Complete!" in done.stderr

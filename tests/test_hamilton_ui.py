@@ -184,3 +184,31 @@ async def test_tracker_records_a_failed_run(hamilton_ui: HamiltonUI, tracked_mod
     assert nodes["report"]["status"] == "FAILURE"
     errors = [a for a in nodes["report"]["attributes"] if a["type"] == "error"]
     assert "negative count" in "".join(errors[0]["value"]["stack_trace"])
+
+
+def test_example_records_its_run_in_the_ui(hamilton_ui: HamiltonUI) -> None:
+    """``examples/adapters.py --ui URL`` creates a project, runs with a progress bar and the
+    tracker, and the run is in the UI."""
+    import subprocess
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "adapters.py"
+    done = subprocess.run(
+        [sys.executable, str(example), "--ui", hamilton_ui.url, "--user", USERNAME],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "report: north=150.5, south=99.5" in done.stdout
+    assert "guide graph" in done.stderr  # the progress bar
+    marker = f"{hamilton_ui.url}/dashboard/project/"
+    (line,) = [line for line in done.stdout.splitlines() if marker in line]
+    project_id = int(line.split(marker)[1].split("/")[0])
+    (summary,) = hamilton_ui.latest_runs(project_id)
+    assert summary["run_status"] == "SUCCESS"
+    nodes = node_runs(hamilton_ui.run(summary["id"]))
+    assert {name: node["status"] for name, node in nodes.items()} == {
+        "connection": "SUCCESS",
+        "transaction": "SUCCESS",
+        "report": "SUCCESS",
+    }

@@ -139,9 +139,12 @@ def check_adapters(adapters: object) -> tuple[object, ...]:
                 "replaces node execution and result building; this Driver calls every node "
                 "itself under its execution policy and returns the outputs as a dict"
             )
-        for method in sorted(methods):
-            reason = _REFUSED_METHODS.get(method, f"it replaces Hamilton's {method} step")
-            raise ValueError(f"Adapter {name} is refused: {reason}")
+        if methods:
+            reasons = [
+                _REFUSED_METHODS.get(method, f"it replaces Hamilton's {method} step")
+                for method in sorted(methods)
+            ]
+            raise ValueError(f"Adapter {name} is refused: {'; '.join(reasons)}")
         if not (hooks - _TASK_HOOKS) and not validators:
             raise ValueError(
                 f"Adapter {name} is refused: it has only task hooks "
