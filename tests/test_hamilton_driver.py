@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sdax_hamilton import Driver
-from sdax_hamilton import _hamilton as translation
+from sdax_hamilton._hamilton import admitted, version
 from sdax_hamilton._spec import NodeSpec
 
 SIMPLE = """
@@ -75,7 +75,7 @@ def test_hamilton_outside_the_tested_series_is_refused(
     make_module: Any, monkeypatch: pytest.MonkeyPatch, found: str
 ) -> None:
     mod = make_module(SIMPLE)
-    monkeypatch.setattr(translation, "_installed_hamilton_version", lambda: found)
+    monkeypatch.setattr(version, "installed_hamilton_version", lambda: found)
     with pytest.raises(RuntimeError) as info:
         Driver(mod)
     assert found in str(info.value)
@@ -87,16 +87,16 @@ def test_hamilton_in_the_tested_series_is_admitted(
     make_module: Any, monkeypatch: pytest.MonkeyPatch, found: str
 ) -> None:
     mod = make_module(SIMPLE)
-    monkeypatch.setattr(translation, "_installed_hamilton_version", lambda: found)
+    monkeypatch.setattr(version, "installed_hamilton_version", lambda: found)
     assert list(nodes(Driver(mod))) == ["a"]
 
 
 def test_installed_hamilton_is_the_tested_series() -> None:
-    assert translation._series(translation._installed_hamilton_version()) == (1, 90)
+    assert version.series(version.installed_hamilton_version()) == (1, 90)
 
 
 def test_version_gate_runs_before_the_module_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(translation, "_installed_hamilton_version", lambda: "1.95.0")
+    monkeypatch.setattr(version, "installed_hamilton_version", lambda: "1.95.0")
     with pytest.raises(RuntimeError, match=r"1\.95\.0"):
         Driver()
 
@@ -117,9 +117,9 @@ def test_plugin_decorator_without_its_backend_is_refused(
             return df
         """
     )
-    real = translation._backend_installed
+    real = admitted.backend_installed
     monkeypatch.setattr(
-        translation, "_backend_installed", lambda backend: backend != "pandas" and real(backend)
+        admitted, "backend_installed", lambda backend: backend != "pandas" and real(backend)
     )
     with pytest.raises(ValueError, match=r"unsupported Hamilton decorator with_columns.*pandas"):
         Driver(mod)
@@ -908,11 +908,14 @@ def profiles(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Pretend ``check_output_custom`` belongs to a profile (the backends are not installed)."""
     from hamilton.function_modifiers import validation  # type: ignore[import-untyped]
 
-    def assign(**by_class: str) -> None:
-        for name, profile in by_class.items():
-            monkeypatch.setitem(translation._PROFILES, getattr(validation, name), profile)
+    real = admitted.profile_of
 
-    translation._admitted()
+    def assign(**by_class: str) -> None:
+        assigned = {getattr(validation, name): profile for name, profile in by_class.items()}
+        monkeypatch.setattr(
+            admitted, "profile_of", lambda modifier: assigned.get(type(modifier)) or real(modifier)
+        )
+
     return assign
 
 

@@ -17,7 +17,14 @@ import pytest
 from hamilton.function_modifiers import base  # type: ignore[import-untyped]
 
 from sdax_hamilton import Driver
-from sdax_hamilton._hamilton import _clone, _code_params, _Translator
+from sdax_hamilton._hamilton.discovery import discover
+from sdax_hamilton._hamilton.interceptors import Resolver
+from sdax_hamilton._hamilton.signatures import (
+    SignatureChecks,
+    clone,
+    code_params,
+    release_parameter,
+)
 
 PLAIN_SOURCE = '''
 from typing import Any, Optional
@@ -69,7 +76,7 @@ def _params_by_inspect(fn: Any) -> list[tuple[str, Any]]:
 
 
 def _params_by_code(fn: Any) -> list[tuple[str, Any]]:
-    found = _code_params(fn)
+    found = code_params(fn)
     assert found is not None
     names, defaults = found
     if defaults is None:
@@ -99,19 +106,26 @@ def _node_fields(node_: Any) -> dict[str, Any]:
     }
 
 
+def _resolver(mod: Any) -> tuple[Resolver, tuple[Any, ...]]:
+    """A resolver over the checked declarations of ``mod``, and its roots."""
+    found = discover((mod,))
+    checks = SignatureChecks()
+    for fn in found.declarations:
+        checks.check_declaration(fn)
+    return Resolver(checks.facts), found.roots
+
+
 @pytest.mark.parametrize("future_annotations", [False, True])
 def test_plain_nodes_equal_hamilton_resolution(make_module: Any, future_annotations: bool) -> None:
     prefix = "from __future__ import annotations\n" if future_annotations else ""
     mod = make_module(prefix + PLAIN_SOURCE)
-    translator = _Translator((mod,), {})
-    translator.discover()
-    translator.check_declarations()
-    assert len(translator.roots) == 9
-    for fn in translator.roots:
-        (item,) = translator._resolve(fn, {}, ())
+    resolver, roots = _resolver(mod)
+    assert len(roots) == 9
+    for fn in roots:
+        (item,) = resolver.resolve(fn, {}, ())
         assert item.private, fn.__name__  # the shortcut was taken
         ours = item.node
-        (theirs,) = base.resolve_nodes(_clone(fn), {})
+        (theirs,) = base.resolve_nodes(clone(fn), {})
         assert _node_fields(ours) == _node_fields(theirs), fn.__name__
         # the defaults are the function's own objects, as Hamilton records them
         for key, value in theirs.default_parameter_values.items():
@@ -167,7 +181,7 @@ _with_signature.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     "fn", [_variadic, _keywords, _positional_only, _wrapper, _with_signature], ids=repr
 )
 def test_code_params_defer_to_inspect_when_they_would_differ(fn: Any) -> None:
-    assert _code_params(fn) is None
+    assert code_params(fn) is None
 
 
 def test_a_function_with_a_signature_attribute_is_resolved_by_hamilton(make_module: Any) -> None:
@@ -221,10 +235,8 @@ def test_decorated_functions_are_resolved_by_hamilton(make_module: Any) -> None:
             return x
         """
     )
-    translator = _Translator((mod,), {})
-    translator.discover()
-    translator.check_declarations()
-    (item,) = translator._resolve(translator.roots[0], {}, ())
+    resolver, roots = _resolver(mod)
+    (item,) = resolver.resolve(roots[0], {}, ())
     assert not item.private
     assert item.node.tags["owner"] == "team"
 
@@ -274,7 +286,7 @@ def test_release_parameter_equals_the_signature_rule(source: str) -> None:
         and params[0].default is inspect.Parameter.empty
         else None
     )
-    assert _Translator._release_parameter(release) == expected
+    assert release_parameter(release) == expected
 
 
 def test_building_a_driver_leaves_no_reference_cycles(make_module: Any) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -237,22 +237,61 @@ def build_plan(
     seed: int | None = None,
     adapters: Adapters | None = None,
 ) -> PreparedPlan:
-    """SPEC 6: validate a selection and compile it into a ``PreparedPlan``."""
+    """Validate a selection and compile it into a ``PreparedPlan`` (docs/api.md,
+    "prepare")."""
     if type(check_outputs) is not bool:
         raise TypeError(f"check_outputs must be a bool, got {type(check_outputs).__name__}")
     outputs = _names(final_vars, "final_vars", allow_empty=False)
     optional = _names(optional_inputs, "optional_inputs", allow_empty=True)
     overridden = _names(override_nodes, "override_nodes", allow_empty=True)
 
-    # 6.2 step 1
+    config_replaced = _check_replacements(nodes, config, outputs, overridden)
+    # The walk itself (unknown names, cycles) is the core's, iterative and linear; the
+    # per-node rules follow over what it reached.
+    replaced = frozenset(config_replaced) | frozenset(overridden)
+    if graph is None:
+        graph = compile_graph(nodes)
+    core_plan = graph.select(list(outputs), replaced)
+    _check_reached(nodes, config, core_plan.reached, replaced)
+    consumed = _consumed(nodes, config, core_plan.nodes)
+    required = _required_inputs(consumed, core_plan.reached, optional, overridden)
+    _check_config_inputs(nodes, config, consumed)
+    program = _program(
+        nodes,
+        config,
+        core_plan,
+        outputs=outputs,
+        overridden=overridden,
+        config_replaced=config_replaced,
+        required=required,
+        consumed=consumed,
+        check_outputs=check_outputs,
+        seed=seed,
+    )
+    if adapters is not None:  # node hooks around every call (docs/adapters.md)
+        program = replace(program, runtimes=adapters.wrap(program.runtimes), adapters=adapters)
+    return PreparedPlan(
+        outputs=outputs,
+        required_inputs=MappingProxyType(required),
+        override_nodes=frozenset(overridden),
+        _program=program,
+    )
+
+
+def _check_replacements(
+    nodes: Mapping[str, NodeSpec],
+    config: Mapping[str, Any],
+    outputs: tuple[str, ...],
+    overridden: tuple[str, ...],
+) -> list[str]:
+    """Overrides and config replacements name replaceable nodes; the config keys that
+    replace a node."""
     unknown = sorted(name for name in overridden if name not in nodes)
     if unknown:
         raise ValueError(f"Unknown override nodes: {unknown}")
     overlap = sorted(name for name in overridden if name in config)
     if overlap:
         raise ValueError(f"Configuration and overrides must be disjoint: {overlap}")
-
-    # 6.2 step 2
     internal_outputs = sorted(
         name for name in outputs if name in nodes and nodes[name].validation_internal
     )
@@ -266,16 +305,16 @@ def build_plan(
     )
     if protected:
         raise ValueError(f"Cannot replace validation or borrowed nodes: {protected}")
+    return config_replaced
 
-    # 6.2 step 3: the walk itself (unknown names, cycles) is the core's, iterative and
-    # linear; the per-node rules follow over what it reached.
-    replaced = frozenset(config_replaced) | frozenset(overridden)
-    if graph is None:
-        graph = compile_graph(nodes)
-    core_plan = graph.select(list(outputs), replaced)
-    reached = core_plan.reached
-    active = core_plan.nodes
 
+def _check_reached(
+    nodes: Mapping[str, NodeSpec],
+    config: Mapping[str, Any],
+    reached: Iterable[str],
+    replaced: frozenset[str],
+) -> None:
+    """Owned acquisitions reached keep their release and run; config replacements fit."""
     for name in sorted(reached):
         spec = nodes[name]
         if spec.ownership_required and spec.release is None:
@@ -288,70 +327,112 @@ def build_plan(
         if name in config and not accepts(config[name], spec.type):
             raise TypeError(f"Invalid config replacement: {name}")
 
-    # Requirements per name consumed by an active node, in topological consumer order.
-    requirements: dict[str, list[Any]] = {}
-    external_defaults: dict[str, bool] = {}
-    defaulted: list[tuple[str, InputSpec]] = []
+
+@dataclass(slots=True)
+class _Consumed:
+    """What the active nodes consume that no active node produces."""
+
+    requirements: dict[str, list[Any]] = field(default_factory=dict)
+    """Name -> every type its consumers require, in topological consumer order."""
+    external_defaults: dict[str, bool] = field(default_factory=dict)
+    """External input -> whether every consumer has a default for it."""
+    defaulted: list[tuple[str, InputSpec]] = field(default_factory=list)
+    """(consumer, input) for every default standing in for an external input."""
+
+
+def _consumed(
+    nodes: Mapping[str, NodeSpec], config: Mapping[str, Any], active: Iterable[str]
+) -> _Consumed:
+    """Edges checked; what each consumed name must satisfy; which inputs have defaults."""
+    consumed = _Consumed()
     for name in active:
         spec = nodes[name]
         for inp in spec.inputs:
             validate_type(inp.type, where=f"{name}.{inp.name}")
-            requirements.setdefault(inp.name, []).append(inp.type)
+            consumed.requirements.setdefault(inp.name, []).append(inp.type)
             producer = nodes.get(inp.name)
             if producer is not None:
                 _check_edge(producer, spec, inp)
             elif inp.name not in config:
                 # External input: required unless every consumer has a default and it
                 # was not declared optional (then the defaults are used).
-                external_defaults[inp.name] = (
-                    external_defaults.get(inp.name, True) and inp.has_default
+                consumed.external_defaults[inp.name] = (
+                    consumed.external_defaults.get(inp.name, True) and inp.has_default
                 )
                 if inp.has_default:
-                    defaulted.append((name, inp))
-
+                    consumed.defaulted.append((name, inp))
     # A default stands in for an external input, so it must satisfy every consumer's
     # requirement of that input, not only its own node's.
-    for name, inp in defaulted:
-        for tp in requirements[inp.name]:
+    for name, inp in consumed.defaulted:
+        for tp in consumed.requirements[inp.name]:
             if not accepts(inp.default, tp):
                 raise TypeError(
                     f"Invalid default for input {inp.name!r} of node {name!r}: "
                     f"not accepted by every consumer's requirement ({describe(tp)})"
                 )
+    return consumed
 
-    # 6.2 step 4
+
+def _required_inputs(
+    consumed: _Consumed,
+    reached: Collection[str],
+    optional: tuple[str, ...],
+    overridden: tuple[str, ...],
+) -> dict[str, tuple[Any, ...]]:
+    """Every override and optional input is used; the inputs each run must supply."""
     unused_overrides = sorted(name for name in overridden if name not in reached)
     if unused_overrides:
         raise ValueError(f"Unused override declaration: {unused_overrides}")
+    external_defaults = consumed.external_defaults
     unused_optional = sorted(name for name in optional if name not in external_defaults)
     if unused_optional:
         raise ValueError(f"Unused optional input declaration: {unused_optional}")
     optional_set = frozenset(optional)
-    required = {
-        name: _dedupe(requirements[name])
+    return {
+        name: _dedupe(consumed.requirements[name])
         for name in sorted(external_defaults)
         if not external_defaults[name] or name in optional_set
     }
 
-    # 6.2 step 5: config values consumed by active nodes satisfy every consumer.
-    for name, types in requirements.items():
+
+def _check_config_inputs(
+    nodes: Mapping[str, NodeSpec], config: Mapping[str, Any], consumed: _Consumed
+) -> None:
+    """Config values consumed by active nodes satisfy every consumer."""
+    for name, types in consumed.requirements.items():
         if name in config and name not in nodes:
             for tp in types:
                 if not accepts(config[name], tp):
                     raise TypeError(f"Invalid config value for input: {name}")
 
+
+def _program(
+    nodes: Mapping[str, NodeSpec],
+    config: Mapping[str, Any],
+    core_plan: _core.Plan,
+    *,
+    outputs: tuple[str, ...],
+    overridden: tuple[str, ...],
+    config_replaced: list[str],
+    required: Mapping[str, tuple[Any, ...]],
+    consumed: _Consumed,
+    check_outputs: bool,
+    seed: int | None,
+) -> _Program:
+    """The compiled, immutable part of the plan."""
+    active = core_plan.nodes
+    reached = core_plan.reached
+    replaced = frozenset(config_replaced) | frozenset(overridden)
     active_set = frozenset(active)
     runtimes = tuple(
         _runtime(nodes[name], nodes, config, required, active_set, check_outputs) for name in active
     )
-    if adapters is not None:
-        runtimes = adapters.wrap(runtimes)  # node hooks around every call (docs/adapters.md)
     resource_outputs = tuple(
         name
         for name in outputs
         if name not in replaced and (nodes[name].release is not None or nodes[name].borrows)
     )
-    program = _Program(
+    return _Program(
         plan=core_plan,
         runtimes=runtimes,
         config=config,
@@ -362,7 +443,8 @@ def build_plan(
             (
                 name,
                 _all_of(
-                    checker(tp) for tp in _dedupe([nodes[name].type, *requirements.get(name, ())])
+                    checker(tp)
+                    for tp in _dedupe([nodes[name].type, *consumed.requirements.get(name, ())])
                 ),
             )
             for name in sorted(overridden)
@@ -374,13 +456,6 @@ def build_plan(
             {name: "config" for name in config_replaced if name in reached}
             | {name: "override" for name in overridden}
         ),
-        adapters=adapters,
-    )
-    return PreparedPlan(
-        outputs=outputs,
-        required_inputs=MappingProxyType(required),
-        override_nodes=frozenset(overridden),
-        _program=program,
     )
 
 

@@ -1,0 +1,100 @@
+"""``Driver``: compiles Hamilton modules once; ``prepare`` selects plans from it
+(docs/api.md, "Driver")."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType, ModuleType
+from typing import TYPE_CHECKING, Any
+
+from .._adapters import Adapters, check_adapters, pre_do_anything
+from .._spec import NodeSpec
+from .translator import translate
+from .version import check_hamilton_version
+
+if TYPE_CHECKING:
+    from .. import _core
+    from .._plan import PreparedPlan
+
+
+def _config(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    if config is not None and not isinstance(config, Mapping):
+        raise TypeError(f"Configuration must be a mapping, not {type(config).__name__}")
+    values: dict[str, Any] = dict(config) if config is not None else {}
+    for key in values:
+        if not isinstance(key, str) or not key:
+            raise TypeError(
+                "Configuration keys must be non-empty strings, got "
+                + (repr(key) if isinstance(key, str) else type(key).__name__)
+            )
+    return values
+
+
+def _modules(modules: tuple[ModuleType, ...]) -> tuple[ModuleType, ...]:
+    if not modules or not all(isinstance(module, ModuleType) for module in modules):
+        raise TypeError("Driver requires one or more Python modules")
+    unique: list[ModuleType] = []
+    for module in modules:
+        if not any(module is seen for seen in unique):
+            unique.append(module)
+    return tuple(unique)
+
+
+class Driver:
+    """Compiles Hamilton modules once, with their ``execution``/``shutdown`` declarations.
+
+    The Driver is a snapshot: declarations are copied when it is built, so rebinding module
+    attributes afterwards does not change it. Build another Driver to change declarations.
+    """
+
+    _nodes: dict[str, NodeSpec]
+    _config: Mapping[str, Any]
+
+    def __init__(
+        self,
+        *modules: ModuleType,
+        config: Mapping[str, Any] | None = None,
+        adapters: Sequence[object] | None = None,
+    ) -> None:
+        values = _config(config)
+        check_hamilton_version()
+        unique = _modules(modules)
+        # Hamilton lifecycle adapters (docs/adapters.md): checked first, build hooks run here.
+        accepted = check_adapters(adapters)
+        hamilton_nodes: dict[str, Any] | None = None
+        if accepted:
+            pre_do_anything(accepted)
+            hamilton_nodes = {}
+        self._nodes = translate(unique, values, hamilton_nodes)
+        self._config = MappingProxyType(values)
+        self._graph: _core.Graph | None = None
+        self._adapters = (
+            Adapters(accepted, hamilton_nodes, unique, values)
+            if accepted and hamilton_nodes is not None
+            else None
+        )
+
+    def prepare(
+        self,
+        final_vars: Iterable[str],
+        *,
+        optional_inputs: Iterable[str] = (),
+        override_nodes: Iterable[str] = (),
+        check_outputs: bool = True,
+    ) -> PreparedPlan:
+        """Select ``final_vars`` and compile a reusable ``PreparedPlan`` (docs/api.md,
+        "prepare")."""
+        from .._plan import build_plan, compile_graph
+
+        if self._graph is None:
+            self._graph = compile_graph(self._nodes)
+        return build_plan(
+            self._nodes,
+            self._config,
+            final_vars,
+            optional_inputs=optional_inputs,
+            override_nodes=override_nodes,
+            check_outputs=check_outputs,
+            graph=self._graph,
+            adapters=self._adapters,
+        )

@@ -1,0 +1,59 @@
+"""Small shared readings of user functions: names for messages, declarations, type hints."""
+
+from __future__ import annotations
+
+import sys
+import typing
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from .. import _declarations
+
+
+def origin(fn: Any) -> str:
+    """``module.qualname`` of a function, for messages."""
+    module = getattr(fn, "__module__", None) or "?"
+    qualname = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+    return f"{module}.{qualname}"
+
+
+def declaration(fn: Any) -> object | None:
+    """The ``execution``/``shutdown`` declaration on ``fn`` (docs/internals.md)."""
+    return getattr(fn, "__sdax_declaration__", None)
+
+
+def is_release(fn: Any) -> bool:
+    return isinstance(declaration(fn), _declarations.ShutdownDeclaration)
+
+
+def shutdowns_of(fn: Any) -> tuple[Any, ...]:
+    """The ``ShutdownDeclaration``s whose owner is ``fn``."""
+    found = getattr(fn, "__sdax_shutdowns__", ())
+    return tuple(found) if isinstance(found, tuple | list) else ()
+
+
+def loaded(module: ModuleType) -> None:
+    if sys.modules.get(module.__name__) is not module:
+        raise ValueError(f"Declaration module {module.__name__!r} is not loaded")
+
+
+def check_defining_module(fn: Any) -> None:
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    name = getattr(fn, "__name__", None)
+    if (
+        not isinstance(module, ModuleType)
+        or not isinstance(name, str)
+        or module.__dict__.get(name) is not fn
+    ):
+        raise ValueError(
+            f"Declaration {origin(fn)} has an ambiguous defining module: it is not "
+            f"retrievable as {getattr(fn, '__module__', '?')}.{name}"
+        )
+
+
+def hints(fn: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(fn, include_extras=True)
+    except Exception as exc:
+        raise TypeError(f"{origin(fn)}: cannot resolve type annotations ({exc})") from None
