@@ -212,3 +212,41 @@ def test_example_records_its_run_in_the_ui(hamilton_ui: HamiltonUI) -> None:
         "transaction": "SUCCESS",
         "report": "SUCCESS",
     }
+
+
+async def test_async_tracker_records_a_run_with_a_retry_and_a_release(
+    hamilton_ui: HamiltonUI, tracked_module: Any
+) -> None:
+    """``AsyncHamiltonTracker``: async construction hook and ``ainit`` before the first run,
+    async node and graph hooks awaited on the caller's loop."""
+    import asyncio
+
+    from hamilton_sdk.adapters import AsyncHamiltonTracker
+
+    project_id = hamilton_ui.create_project("sdax async tracker")
+    tracker = AsyncHamiltonTracker(
+        project_id=project_id,
+        username=USERNAME,
+        dag_name="sdax-adapters-async",
+        hamilton_api_url=hamilton_ui.url,
+        hamilton_ui_url=hamilton_ui.url,
+    )
+    plan = Driver(tracked_module, adapters=[tracker]).prepare(["report"])
+    assert await plan.execute(inputs={"dsn": "sqlite://", "limit": 4}) == {"report": 9}
+    assert tracked_module.LOG == ["released connection"]
+    # The client's worker task (started by ainit on this loop) sends node updates in
+    # batches, at least every few seconds: keep the loop running until they arrive.
+
+    deadline = time.monotonic() + 60
+    while True:
+        runs = hamilton_ui.latest_runs(project_id)
+        nodes = node_runs(hamilton_ui.run(runs[0]["id"])) if runs else {}
+        statuses = {name: node["status"] for name, node in nodes.items()}
+        if len(statuses) == 3 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    (summary,) = runs
+    assert summary["run_status"] == "SUCCESS"
+    assert statuses == {"connection": "SUCCESS", "fetch": "SUCCESS", "report": "SUCCESS"}
+    errors = [a for a in nodes["fetch"]["attributes"] if a["type"] == "error"]
+    assert "transient: retried" in "".join(errors[0]["value"]["stack_trace"])
