@@ -632,3 +632,17 @@ async def test_async_construction_and_ainit_are_awaited_once_before_the_first_ru
     await plan.execute(inputs={"x": 3})
     assert log[0].startswith("construct ")
     assert log[1:] == ["ainit", "pre_graph", "pre_graph", "pre_graph"]
+
+
+def test_without_adapters_nodes_are_called_directly(graph: Any) -> None:
+    """No adapter, no cost: the plan holds the node functions themselves, no wrapper."""
+    plan = Driver(graph).prepare(["total"])
+    program = plan._program
+    assert program.adapters is None
+    calls = {runtime.name: runtime.call for runtime in program.runtimes}
+    # (the Driver holds copies of the functions: same code, no wrapper around them)
+    assert calls["total"].__code__ is graph.total.__code__
+    assert calls["base"].__code__ is graph.base.__code__
+    hooked = Driver(graph, adapters=[Recorder()]).prepare(["total"])._program
+    total = {runtime.name: runtime.call for runtime in hooked.runtimes}["total"]
+    assert getattr(total, "__code__", None) is not graph.total.__code__
