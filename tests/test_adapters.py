@@ -646,3 +646,45 @@ def test_without_adapters_nodes_are_called_directly(graph: Any) -> None:
     hooked = Driver(graph, adapters=[Recorder()]).prepare(["total"])._program
     total = {runtime.name: runtime.call for runtime in hooked.runtimes}["total"]
     assert getattr(total, "__code__", None) is not graph.total.__code__
+
+
+async def test_a_failing_ainit_fails_the_run_before_anything_ran_and_is_retried(
+    graph: Any,
+) -> None:
+    attempts: list[str] = []
+
+    class Flaky(lifecycle_base.BasePreGraphExecute):
+        async def ainit(self) -> None:
+            attempts.append("ainit")
+            if len(attempts) == 1:
+                raise ConnectionError("tracking server down")
+
+        def pre_graph_execute(self, **kwargs: Any) -> None:
+            attempts.append("pre_graph")
+
+    plan = Driver(graph, adapters=[Flaky()]).prepare(["total"])
+    with pytest.raises(ConnectionError):
+        await plan.execute(inputs={"x": 1})
+    assert graph.LOG == []  # nothing ran
+    assert await plan.execute(inputs={"x": 1}) == {"total": 21}
+    assert attempts == ["ainit", "ainit", "pre_graph"]
+
+
+async def test_a_run_cancelled_in_a_pre_graph_hook_still_closes_the_graph_hooks(
+    graph: Any,
+) -> None:
+    first = Recorder()
+
+    class Slow(lifecycle_base.BasePreGraphExecuteAsync):
+        async def pre_graph_execute(self, **kwargs: Any) -> None:
+            await asyncio.sleep(30)
+
+    plan = Driver(graph, adapters=[first, Slow()]).prepare(["total"])
+    task = asyncio.ensure_future(plan.execute(inputs={"x": 1}))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert graph.LOG == []  # no node started
+    (post,) = first.of("post_graph")
+    assert post["success"] is False and isinstance(post["error"], asyncio.CancelledError)

@@ -414,7 +414,14 @@ class Adapters:
         init = self._init
         if init is None:
             init = self._init = asyncio.ensure_future(self._initialise())
-        await asyncio.shield(init)
+        try:
+            await asyncio.shield(init)
+        except BaseException:
+            # Failed (or cancelled): this run raises it before anything ran; the next run
+            # tries again.
+            if init.done() and self._init is init:
+                self._init = None
+            raise
 
     async def _initialise(self) -> None:
         lifecycle = _lifecycle_set(self.adapters)
@@ -645,18 +652,20 @@ class Adapters:
         if self._async_init:
             await self._ensure_initialised()
         run_id = str(uuid.uuid4())
-        await self._graph_hooks(
-            self.pre_graph,
-            run_id,
-            final_vars=list(final_vars),
-            inputs=dict(inputs),
-            overrides=dict(overrides),
-            execution_path=list(execution_path),
-        )
         results: dict[str, Any] | None = None
         error: BaseException | None = None
         token = _RUN.set(_RunState(run_id))  # seen by the run's tasks, created meanwhile
         try:
+            # Inside the try: an adapter whose pre-graph hook ran always gets its post-graph
+            # hook, even when a later one is cancelled (a tracer's span stack stays balanced).
+            await self._graph_hooks(
+                self.pre_graph,
+                run_id,
+                final_vars=list(final_vars),
+                inputs=dict(inputs),
+                overrides=dict(overrides),
+                execution_path=list(execution_path),
+            )
             async with run() as outputs:
                 results = outputs
                 yield outputs
