@@ -461,20 +461,27 @@ class Adapters:
         self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
     ) -> Any:
         """One attempt: pre-node hooks, the call, post-node hooks (also after a failure)."""
+        sync = self.sync_node_hooks  # then no hook needs awaiting: no coroutine for them
         try:
-            if self.pre_node:
+            if sync:
+                self._before_sync(run_id, node, kwargs, attempt)
+            else:
                 await self._before(run_id, node, kwargs, attempt)
             result = node._call(**kwargs)
             if type(result) is CoroutineType or inspect.isawaitable(result):
                 result = await result
         except BaseException as exc:
             error = _reported(exc)
-            if self.post_node:
+            if sync:
+                self._after_sync(run_id, node, kwargs, attempt, False, error, None)
+            else:
                 await self._after(run_id, node, kwargs, attempt, False, error, None)
             if error is not exc:
                 raise error from None
             raise
-        if self.post_node:
+        if sync:
+            self._after_sync(run_id, node, kwargs, attempt, True, None, result)
+        else:
             await self._after(run_id, node, kwargs, attempt, True, None, result)
         return result
 
