@@ -189,6 +189,18 @@ impl PyPlan {
         self.core.shutdown_order()
     }
 
+    fn shutdown_edges(&self) -> Vec<(String, String)> {
+        let names = self.core.names();
+        let mut edges: Vec<(String, String)> = self
+            .core
+            .release_edges()
+            .into_iter()
+            .map(|(d, o)| (names[d as usize].clone(), names[o as usize].clone()))
+            .collect();
+        edges.sort_unstable();
+        edges
+    }
+
     fn __len__(&self) -> usize {
         self.core.len()
     }

@@ -6,7 +6,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyInt, PyList};
 
-use sdax_core::{Command, Run};
+use sdax_core::{Command, Failure, Run};
 
 use crate::graph::PyPlan;
 use crate::policy::type_name;
@@ -54,8 +54,12 @@ impl PyRun {
 #[pymethods]
 impl PyRun {
     #[new]
-    #[pyo3(signature = (plan, seed=None))]
-    fn py_new(plan: &Bound<'_, PyPlan>, seed: Option<&Bound<'_, PyAny>>) -> PyResult<Self> {
+    #[pyo3(signature = (plan, seed=None, *, instant_retries=false))]
+    fn py_new(
+        plan: &Bound<'_, PyPlan>,
+        seed: Option<&Bound<'_, PyAny>>,
+        instant_retries: bool,
+    ) -> PyResult<Self> {
         let seed = match seed {
             None => None,
             Some(s) if s.is_none() => None,
@@ -77,7 +81,8 @@ impl PyRun {
             }
         };
         Ok(PyRun {
-            core: Run::new(Arc::clone(&plan.get().core), seed),
+            core: Run::new(Arc::clone(&plan.get().core), seed)
+                .with_instant_retries(instant_retries),
             out: Vec::with_capacity(8),
         })
     }
@@ -103,11 +108,16 @@ impl PyRun {
         py: Python<'py>,
         job: &Bound<'py, PyAny>,
         retryable: bool,
-    ) -> PyResult<Bound<'py, PyList>> {
-        self.core
+    ) -> PyResult<(Option<f64>, Bound<'py, PyList>)> {
+        let decided = self
+            .core
             .failed(job_id(job, "failed")?, retryable, &mut self.out)
             .map_err(run_err)?;
-        self.commands(py)
+        let delay = match decided {
+            Failure::Retry { delay } => Some(delay),
+            Failure::Final | Failure::Ignored => None,
+        };
+        Ok((delay, self.commands(py)?))
     }
 
     fn elapsed<'py>(
@@ -141,6 +151,22 @@ impl PyRun {
             .unstarted(job_id(job, "unstarted")?, &mut self.out)
             .map_err(run_err)?;
         self.commands(py)
+    }
+
+    fn rejected<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.core
+            .rejected(job_id(job, "rejected")?, &mut self.out)
+            .map_err(run_err)?;
+        self.commands(py)
+    }
+
+    #[getter]
+    fn instant_retries(&self) -> bool {
+        self.core.instant_retries()
     }
 
     fn cancel<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {

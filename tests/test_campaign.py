@@ -856,8 +856,10 @@ def drive_core_model(
             carry(("succeeded", job), run.succeeded(job))
         else:
             before = run.aborted
-            commands = run.failed(job, outcome == "retry")
-            if job >= n and not any(op == _core.SLEEP for op, *_ in commands):
+            delay, commands = run.failed(job, outcome == "retry")
+            retried = any(op == _core.SLEEP for op, *_ in commands)
+            assert retried == (delay is not None), (delay, commands)
+            if job >= n and not retried:
                 released[job] = True
             if job < n and run.aborted and not before:
                 aborted = True

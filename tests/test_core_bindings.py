@@ -458,15 +458,16 @@ def test_retries_sleep_within_bounds_then_fail_for_good() -> None:
     a, b = p.index("a"), p.index("b")
     run.start()
     for k in range(2):
-        [(op, job, attempt, delay)] = run.failed(a, True)
+        decided, [(op, job, attempt, delay)] = run.failed(a, True)
         assert (op, job, attempt) == (SLEEP, a, k)
         assert delay is not None
+        assert decided == delay  # what the core decided is what the SLEEP carries
         low, high = policy.delay_bounds(k)
         assert low <= delay <= high
         assert run.elapsed(a) == [(START, a, k + 1, 5.0)]
     assert run.attempts(a) == 3
     # third failure: retries exhausted, the running sibling is cancelled
-    assert run.failed(a, True) == [(CANCEL, b, 0, None)]
+    assert run.failed(a, True) == (None, [(CANCEL, b, 0, None)])
     assert run.aborted
     assert run.pending == 1
     with pytest.raises(RuntimeError, match="pending"):
@@ -486,7 +487,7 @@ def test_seeded_runs_reproduce_their_delays() -> None:
         run.start()
         out = []
         for _ in range(5):
-            [(_, _, _, delay)] = run.failed(0, True)
+            _, [(_, _, _, delay)] = run.failed(0, True)
             out.append(delay)
             run.elapsed(0)
         return out
@@ -504,9 +505,9 @@ def test_nonretryable_failure_stops_waits_and_starts_nothing() -> None:
     a, b = p.index("a"), p.index("b")
     run = Run(p, seed=0)
     run.start()
-    [(op, _, _, _)] = run.failed(a, True)
+    _, [(op, _, _, _)] = run.failed(a, True)
     assert op == SLEEP
-    assert run.failed(b, False) == [(STOP_SLEEP, a, 0, None)]
+    assert run.failed(b, False) == (None, [(STOP_SLEEP, a, 0, None)])
     assert run.pending == 0
     assert run.elapsed(a) == []  # the timer fired anyway: ignored
     assert run.cancel() == []
@@ -534,7 +535,7 @@ def test_unstarted_first_attempt_owes_no_release() -> None:
     run = Run(p)
     run.start()
     assert run.started(conn)
-    assert run.failed(boom, False) == [(CANCEL, conn, 0, None)]
+    assert run.failed(boom, False) == (None, [(CANCEL, conn, 0, None)])
     assert run.unstarted(conn) == []
     assert not run.started(conn)
     assert run.attempts(conn) == 0
@@ -548,6 +549,68 @@ def test_unstarted_running_job_aborts_the_run() -> None:
     run.start()
     assert run.unstarted(p.index("a")) == [(CANCEL, p.index("b"), 0, None)]
     assert run.aborted
+
+
+def test_rejected_input_fails_the_node_without_an_attempt() -> None:
+    p = plan_of(node("conn", release=Policy()), node("b"), finals=("conn", "b"))
+    conn, b = p.index("conn"), p.index("b")
+    run = Run(p)
+    run.start()
+    assert run.rejected(conn) == [(CANCEL, b, 0, None)]
+    assert run.aborted
+    assert run.attempts(conn) == 0 and not run.started(conn)  # no release owed
+    with pytest.raises(RuntimeError, match=r"Run\.rejected: job 0 \(node 'conn'\) is rejected"):
+        run.rejected(conn)
+    assert run.drained(b) == []
+    assert run.begin_shutdown() == []
+    assert run.finished
+
+
+def test_instant_retries_are_an_option_of_the_run() -> None:
+    policy = Policy(retries=2, initial_delay=30.0)
+    p = plan_of(
+        node("conn", release=Policy(retries=1, initial_delay=30.0)),
+        node("a", ("conn",), policy=policy),
+        finals=("a",),
+    )
+    conn, a = p.index("conn"), p.index("a")
+    assert not Run(p).instant_retries
+    run = Run(p, seed=3, instant_retries=True)
+    assert run.instant_retries
+    run.start()
+    run.succeeded(conn)
+    for k in range(2):
+        assert run.failed(a, True) == (0.0, [(SLEEP, a, k, 0.0)])
+        assert run.elapsed(a) == [(START, a, k + 1, None)]
+    assert run.failed(a, True) == (None, [])
+    assert run.begin_shutdown() == [(START, len(p) + conn, 0, None)]
+    assert run.failed(len(p) + conn, True) == (0.0, [(SLEEP, len(p) + conn, 0, 0.0)])
+    with pytest.raises(TypeError):
+        Run(p, None, True)  # type: ignore[misc]
+
+
+def test_graph_refuses_forward_retries_on_an_owned_node() -> None:
+    with pytest.raises(ValueError, match=r"^Acquisition retries require attempt cleanup: conn$"):
+        Graph(
+            [
+                node("plain", policy=Policy(retries=1)),
+                node("conn", policy=Policy(retries=1), release=Policy()),
+            ]
+        )
+    Graph([node("conn", release=Policy(retries=3))])  # the release's own retries are fine
+
+
+def test_shutdown_edges_are_the_order_the_run_follows() -> None:
+    p = plan_of(
+        node("conn", release=Policy()),
+        node("tx", ("conn",), release=Policy()),
+        node("query", ("tx",)),
+        node("mid", ("conn",)),
+        node("other", ("mid",), release=Policy()),
+        finals=("query", "other"),
+    )
+    assert p.shutdown_edges() == [("other", "conn"), ("tx", "conn")]
+    assert plan_of(node("a"), finals=("a",)).shutdown_edges() == []
 
 
 def test_shutdown_follows_dependencies_and_survives_release_failures() -> None:
@@ -570,7 +633,7 @@ def test_shutdown_follows_dependencies_and_survives_release_failures() -> None:
     assert all(attempt == 0 for _, _, attempt, _ in first)
     assert run.pending == 2 and not run.finished
     assert run.cancel() == []  # no effect on releases
-    assert run.failed(n + tx, False) == [(START, n + conn, 0, 2.0)]
+    assert run.failed(n + tx, False) == (None, [(START, n + conn, 0, 2.0)])
     assert run.succeeded(n + conn) == []
     assert not run.finished
     assert run.succeeded(n + cache) == []
@@ -587,9 +650,9 @@ def test_releases_retry_under_their_own_policy() -> None:
     run.failed(0, True)  # forward: no retries
     assert run.aborted
     assert run.begin_shutdown() == [(START, 1, 0, None)]
-    assert run.failed(1, True) == [(SLEEP, 1, 0, 0.0)]
+    assert run.failed(1, True) == (0.0, [(SLEEP, 1, 0, 0.0)])
     assert run.elapsed(1) == [(START, 1, 1, None)]
-    assert run.failed(1, True) == []
+    assert run.failed(1, True) == (None, [])
     assert run.finished
 
 

@@ -206,10 +206,10 @@ class Mode:
         assert all(task is not None and task is not me for task in self.tasks)
         coordinators = {coordinator_of(task) for task in self.tasks}
         if self.name == "inline":
-            assert coordinators == {"_RunContext._forward"}
+            assert coordinators == {"RunContext._forward"}
             assert len(set(self.tasks)) == 1  # every attempt in the one forward task
         else:
-            assert coordinators == {"_RunContext._attempt_task"}
+            assert coordinators == {"AttemptMechanics._attempt_task"}
         if runner is None:
             assert me is not None and me.cancelling() == 0  # timeouts took their cancels back
 

@@ -65,6 +65,9 @@ pub enum GraphError {
     UnknownBorrow { node: String, borrow: String },
     /// `node` borrows from `borrow`, which owns no resource.
     BorrowOfUnowned { node: String, borrow: String },
+    /// An owned acquisition with forward retries: a failed attempt may have acquired
+    /// something that no release would ever see (the release gets one value per node).
+    RetriedAcquisition(String),
     /// A final var is not a node.
     UnknownSelected(String),
     /// The selection contains a cycle; the nodes on it, each depending on the next, the
@@ -84,6 +87,9 @@ impl fmt::Display for GraphError {
                 f,
                 "Node {node:?} borrows from {borrow:?}, which owns no resource"
             ),
+            GraphError::RetriedAcquisition(n) => {
+                write!(f, "Acquisition retries require attempt cleanup: {n}")
+            }
             GraphError::UnknownSelected(n) => write!(f, "Unknown selected node: '{n}'"),
             GraphError::Cycle(path) => {
                 f.write_str("Dependency cycle among nodes: ")?;
@@ -154,8 +160,10 @@ pub struct Graph {
 }
 
 impl Graph {
-    /// Compile a node list: duplicate names, borrows of unknown or unowned nodes are errors.
-    /// Cycles are reported by [`Graph::select`] (only the selected part must be acyclic).
+    /// Compile a node list: duplicate names, an owned node with forward retries, borrows of
+    /// unknown or unowned nodes are errors (checked in that order, each over all nodes in
+    /// definition order). Cycles are reported by [`Graph::select`] (only the selected part
+    /// must be acyclic).
     pub fn new(nodes: Vec<NodeDef>) -> Result<Self, GraphError> {
         let n = nodes.len();
         if n >= (u32::MAX / 2) as usize {
@@ -167,6 +175,12 @@ impl Graph {
             if index.insert(node.name.clone(), i as u32).is_some() {
                 return Err(GraphError::DuplicateNode(node.name.clone()));
             }
+        }
+        if let Some(node) = nodes
+            .iter()
+            .find(|d| d.release.is_some() && d.policy.retries() > 0)
+        {
+            return Err(GraphError::RetriedAcquisition(node.name.clone()));
         }
         for node in &nodes {
             for b in &node.borrows {
@@ -506,6 +520,41 @@ impl Plan {
         self.owned
     }
 
+    /// The shutdown order as edges `(dependent, owner)` of job ids: the release of
+    /// `dependent` completes before the release of `owner` starts (when both are owed).
+    ///
+    /// Only the nearest owned dependents are listed: the walk from `owner` along consumers
+    /// stops at owned nodes, whose own edges carry the order further. This is the relation
+    /// [`crate::Run::begin_shutdown`] enforces (a node completes when all its consumers
+    /// have completed and its own release, if owed, has completed). Sorted.
+    pub fn release_edges(&self) -> Vec<(u32, u32)> {
+        let m = self.names.len();
+        // seen[j] == owner + 1 when j was already visited in owner's walk
+        let mut seen: Vec<u32> = vec![0; m];
+        let mut stack: Vec<u32> = Vec::new();
+        let mut edges: Vec<(u32, u32)> = Vec::new();
+        for owner in 0..m {
+            if self.releases[owner].is_none() {
+                continue;
+            }
+            let mark = owner as u32 + 1;
+            stack.extend_from_slice(self.consumers.row(owner));
+            while let Some(c) = stack.pop() {
+                if seen[c as usize] == mark {
+                    continue;
+                }
+                seen[c as usize] = mark;
+                if self.releases[c as usize].is_some() {
+                    edges.push((c, owner as u32));
+                } else {
+                    stack.extend_from_slice(self.consumers.row(c as usize));
+                }
+            }
+        }
+        edges.sort_unstable();
+        edges
+    }
+
     /// Owned active nodes grouped in release waves, assuming every one of them started and
     /// each release takes the same time: wave 0 releases first.
     pub fn shutdown_order(&self) -> Vec<Vec<String>> {
@@ -692,6 +741,61 @@ mod tests {
             p.shutdown_order(),
             vec![vec!["lonely", "other", "tx"], vec!["conn"]]
         );
+    }
+
+    #[test]
+    fn owned_nodes_with_forward_retries_are_refused() {
+        let retried = Policy::new(None, 1, 0.0, 2.0).unwrap();
+        let err = Graph::new(vec![
+            NodeDef::new("plain", &[]).with_policy(retried),
+            NodeDef::new("conn", &[])
+                .with_policy(retried)
+                .owned(Policy::default()),
+        ])
+        .unwrap_err();
+        assert_eq!(err, GraphError::RetriedAcquisition("conn".into()));
+        assert_eq!(
+            err.to_string(),
+            "Acquisition retries require attempt cleanup: conn"
+        );
+        // retries on the release itself are fine
+        let g = Graph::new(vec![NodeDef::new("conn", &[]).owned(retried)]);
+        assert!(g.is_ok());
+    }
+
+    #[test]
+    fn release_edges_name_the_nearest_owned_dependents() {
+        let g = Graph::new(vec![
+            owned("conn", &[]),
+            owned("tx", &["conn"]),
+            NodeDef::new("query", &["tx"]),
+            owned("deep", &["query", "conn"]),
+            NodeDef::new("mid", &["conn"]),
+            owned("other", &["mid"]),
+            owned("lonely", &[]),
+        ])
+        .unwrap();
+        let p = g
+            .select(&["deep", "other", "lonely"], &[] as &[&str])
+            .unwrap();
+        let named: Vec<(&str, &str)> = p
+            .release_edges()
+            .into_iter()
+            .map(|(d, o)| {
+                (
+                    p.names()[d as usize].as_str(),
+                    p.names()[o as usize].as_str(),
+                )
+            })
+            .collect();
+        let mut expect = vec![
+            ("tx", "conn"),
+            ("deep", "conn"),
+            ("other", "conn"),
+            ("deep", "tx"),
+        ];
+        expect.sort_by_key(|&(d, o)| (p.index(d), p.index(o)));
+        assert_eq!(named, expect);
     }
 
     #[test]

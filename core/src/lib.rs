@@ -13,4 +13,4 @@ pub mod run;
 
 pub use graph::{Graph, GraphError, NodeDef, Plan};
 pub use policy::{Policy, PolicyError};
-pub use run::{Command, JobState, Op, Run, RunError};
+pub use run::{Command, Failure, JobState, Op, Run, RunError};

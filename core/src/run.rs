@@ -1,7 +1,8 @@
 //! The per-run scheduling state machine.
 //!
 //! A [`Run`] is driven by events (an attempt succeeded / failed, a retry wait elapsed, a
-//! cancelled attempt drained, a START was never carried out, the caller cancelled) and
+//! cancelled attempt drained, a START was never carried out, a node's input was rejected
+//! before its first attempt, the caller cancelled) and
 //! answers each with the [`Command`]s to carry out, in order. It never looks at a clock:
 //! time is the driver's business, which keeps the machine deterministic given its seed.
 //!
@@ -62,6 +63,8 @@ pub enum JobState {
     Failed,
     /// Forward only: cancelled by the core and drained (or reported unstarted).
     Drained,
+    /// Forward only: its input was rejected before attempt 0; nothing was called.
+    Rejected,
     /// Forward only: its retry wait was dropped by the core (STOP_SLEEP).
     Stopped,
     /// Release only: its START was reported as never carried out.
@@ -80,11 +83,23 @@ impl JobState {
             JobState::Succeeded => "already succeeded",
             JobState::Failed => "already failed",
             JobState::Drained => "already drained",
+            JobState::Rejected => "rejected",
             JobState::Stopped => "stopped",
             JobState::Unstarted => "unstarted",
             JobState::NotOwed => "not owed",
         }
     }
+}
+
+/// What [`Run::failed`] decided for the failed attempt.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Failure {
+    /// Another attempt follows after a wait of `delay` seconds (the SLEEP command's arg).
+    Retry { delay: f64 },
+    /// The job failed for good: nonretryable, retries exhausted, or the run aborted.
+    Final,
+    /// The job was being cancelled by the core: the report changes nothing.
+    Ignored,
 }
 
 /// Misuse of the protocol. The run is unchanged when one is returned.
@@ -171,6 +186,8 @@ pub struct Run {
     rels: Vec<Job>,
     seed: Option<u64>,
     rng: Option<SmallRng>,
+    /// Test mode: every retry wait is 0 seconds (the attempts are unchanged).
+    instant_retries: bool,
 }
 
 enum Target {
@@ -200,7 +217,21 @@ impl Run {
             rels: Vec::new(),
             seed,
             rng: None,
+            instant_retries: false,
         }
+    }
+
+    /// Builder: make every retry wait (of nodes and of releases) 0 seconds, for tests.
+    /// Attempts, retry decisions and the order of events are unchanged, and no jitter is
+    /// drawn.
+    pub fn with_instant_retries(mut self, on: bool) -> Self {
+        self.instant_retries = on;
+        self
+    }
+
+    /// Whether retry waits are 0 seconds (see [`Run::with_instant_retries`]).
+    pub fn instant_retries(&self) -> bool {
+        self.instant_retries
     }
 
     /// The plan this run executes.
@@ -309,6 +340,9 @@ impl Run {
     }
 
     fn jitter(&mut self, policy: &Policy, retry: u32) -> f64 {
+        if self.instant_retries {
+            return 0.0;
+        }
         let seed = self.seed;
         let rng = self.rng.get_or_insert_with(|| match seed {
             Some(s) => SmallRng::seed_from_u64(s),
@@ -436,7 +470,8 @@ impl Run {
     }
 
     /// The current attempt of `job` failed; `retryable` says whether the exception is in
-    /// the job's retryable set. A job that fails for good aborts the forward phase (for a
+    /// the job's retryable set. Returns what was decided: a retry after a delay (the SLEEP
+    /// command is appended), or a final failure, which aborts the forward phase (for a
     /// forward job) or completes its release (for a release job).
     ///
     /// Ignored for a forward job the core has CANCELled (only `drained` counts for it).
@@ -445,7 +480,7 @@ impl Run {
         job: i64,
         retryable: bool,
         out: &mut Vec<Command>,
-    ) -> Result<(), RunError> {
+    ) -> Result<Failure, RunError> {
         match self.target("failed", job)? {
             Target::Forward(i) => match self.jobs[i].state {
                 JobState::Running => {
@@ -460,16 +495,17 @@ impl Run {
                             attempt,
                             arg: Some(delay),
                         });
+                        Ok(Failure::Retry { delay })
                     } else {
                         self.jobs[i].state = JobState::Failed;
                         self.pending -= 1;
                         if !self.aborted {
                             self.abort(out);
                         }
+                        Ok(Failure::Final)
                     }
-                    Ok(())
                 }
-                JobState::Cancelling | JobState::Drained => Ok(()),
+                JobState::Cancelling | JobState::Drained => Ok(Failure::Ignored),
                 _ => Err(self.wrong("failed", &Target::Forward(i))),
             },
             Target::Release(i) => match self.rels[i].state {
@@ -485,12 +521,13 @@ impl Run {
                             attempt,
                             arg: Some(delay),
                         });
+                        Ok(Failure::Retry { delay })
                     } else {
                         self.rels[i].state = JobState::Failed;
                         self.pending -= 1;
                         self.release_done(i, out);
+                        Ok(Failure::Final)
                     }
-                    Ok(())
                 }
                 _ => Err(self.wrong("failed", &Target::Release(i))),
             },
@@ -570,6 +607,31 @@ impl Run {
                 }
                 _ => Err(self.wrong("unstarted", &Target::Release(i))),
             },
+        }
+    }
+
+    /// The input of forward `job` was rejected before its attempt 0 could call anything
+    /// (a missing value, a failed input check). The job fails for good without an attempt:
+    /// the attempt is not counted, no release is owed, and the forward phase aborts.
+    ///
+    /// Only the first attempt can be rejected (inputs are checked once). For a job the
+    /// core has CANCELled meanwhile it ends the job the same way (the run is aborted
+    /// already).
+    pub fn rejected(&mut self, job: i64, out: &mut Vec<Command>) -> Result<(), RunError> {
+        match self.target("rejected", job)? {
+            Target::Forward(i)
+                if self.jobs[i].attempts == 1
+                    && matches!(self.jobs[i].state, JobState::Running | JobState::Cancelling) =>
+            {
+                self.withdraw(i);
+                self.jobs[i].state = JobState::Rejected;
+                self.pending -= 1;
+                if !self.aborted {
+                    self.abort(out);
+                }
+                Ok(())
+            }
+            t => Err(self.wrong("rejected", &t)),
         }
     }
 
@@ -1003,6 +1065,135 @@ mod tests {
         assert!(r.finished());
         assert_eq!(r.attempts(1).unwrap(), 2);
         assert!(r.begin_shutdown(&mut out).is_err());
+    }
+
+    #[test]
+    fn failed_says_what_was_decided() {
+        let p = plan(
+            vec![
+                NodeDef::new("a", &[]).with_policy(retrying(1)),
+                NodeDef::new("b", &[]),
+            ],
+            &["a", "b"],
+        );
+        let mut r = Run::new(p, Some(7));
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        out.clear();
+        let Failure::Retry { delay } = r.failed(0, true, &mut out).unwrap() else {
+            panic!("a retryable first failure is retried")
+        };
+        assert_eq!(
+            out,
+            [Command {
+                op: Op::Sleep,
+                job: 0,
+                attempt: 0,
+                arg: Some(delay)
+            }]
+        );
+        out.clear();
+        r.elapsed(0, &mut out).unwrap();
+        out.clear();
+        assert_eq!(r.failed(0, true, &mut out).unwrap(), Failure::Final);
+        assert_eq!(out, [cmd(Op::Cancel, 1, 0)]);
+        out.clear();
+        assert_eq!(r.failed(1, true, &mut out).unwrap(), Failure::Ignored);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn instant_retries_wait_zero_and_keep_the_attempts() {
+        let p = plan(
+            vec![
+                NodeDef::new("conn", &[]).owned(Policy::new(None, 1, 3.0, 2.0).unwrap()),
+                NodeDef::new("a", &["conn"]).with_policy(retrying(2)),
+            ],
+            &["a"],
+        );
+        let (conn, a, n) = (0, 1, 2);
+        let mut r = Run::new(p, Some(1)).with_instant_retries(true);
+        assert!(r.instant_retries());
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        r.succeeded(conn, &mut out).unwrap();
+        for attempt in 0..2 {
+            out.clear();
+            assert_eq!(
+                r.failed(a, true, &mut out).unwrap(),
+                Failure::Retry { delay: 0.0 }
+            );
+            assert_eq!(out[0].arg, Some(0.0));
+            r.elapsed(a, &mut out).unwrap();
+            assert_eq!(r.attempts(a).unwrap(), attempt + 2);
+        }
+        out.clear();
+        assert_eq!(r.failed(a, true, &mut out).unwrap(), Failure::Final);
+        r.begin_shutdown(&mut out).unwrap();
+        out.clear();
+        assert_eq!(
+            r.failed(n + conn, true, &mut out).unwrap(),
+            Failure::Retry { delay: 0.0 }
+        );
+    }
+
+    #[test]
+    fn rejected_input_fails_the_node_without_an_attempt() {
+        let p = plan(
+            vec![
+                NodeDef::new("conn", &[]).owned(Policy::default()),
+                NodeDef::new("other", &[]),
+                NodeDef::new("late", &["other"]),
+            ],
+            &["conn", "late"],
+        );
+        let mut r = Run::new(p, None);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        out.clear();
+        r.rejected(0, &mut out).unwrap();
+        assert_eq!(out, [cmd(Op::Cancel, 1, 0)]);
+        assert_eq!(r.state(0), Some(JobState::Rejected));
+        assert!(r.aborted());
+        assert_eq!(r.attempts(0).unwrap(), 0);
+        assert_eq!(r.owed_releases(), 0);
+        assert!(r.rejected(0, &mut out).is_err());
+        assert!(
+            r.rejected(2, &mut out).is_err(),
+            "a waiting job has no input yet"
+        );
+        out.clear();
+        r.drained(1, &mut out).unwrap();
+        r.begin_shutdown(&mut out).unwrap();
+        assert!(out.is_empty() && r.finished());
+    }
+
+    #[test]
+    fn rejected_after_a_cancel_ends_the_job() {
+        let p = plan(
+            vec![NodeDef::new("a", &[]), NodeDef::new("b", &[])],
+            &["a", "b"],
+        );
+        let mut r = Run::new(p, None);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        out.clear();
+        r.failed(1, false, &mut out).unwrap();
+        assert_eq!(out, [cmd(Op::Cancel, 0, 0)]);
+        out.clear();
+        r.rejected(0, &mut out).unwrap();
+        assert!(out.is_empty());
+        assert_eq!(r.pending(), 0);
+        // only attempt 0 is ever checked
+        let p = plan(
+            vec![NodeDef::new("a", &[]).with_policy(retrying(1))],
+            &["a"],
+        );
+        let mut r = Run::new(p, None);
+        r.start(&mut out).unwrap();
+        r.failed(0, true, &mut out).unwrap();
+        r.elapsed(0, &mut out).unwrap();
+        assert!(r.rejected(0, &mut out).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use sdax_core::{Command, Graph, JobState, NodeDef, Op, Plan, Policy, Run};
+use sdax_core::{Command, Failure, Graph, GraphError, JobState, NodeDef, Op, Plan, Policy, Run};
 
 #[derive(Clone, Debug)]
 struct NodeSpec {
@@ -23,6 +23,7 @@ struct Case {
     replaced: Vec<usize>,
     choices: Vec<u16>,
     seed: u64,
+    instant: bool,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -54,24 +55,32 @@ fn case() -> impl Strategy<Value = Case> {
                 proptest::collection::vec(0..n, 0..=1),
                 proptest::collection::vec(any::<u16>(), 0..200),
                 any::<u64>(),
+                any::<bool>(),
             )
         })
-        .prop_map(|(mut nodes, mut finals, replaced, choices, seed)| {
-            // the last node usually reaches much of the graph
-            finals.push(nodes.len() - 1);
-            // borrows must name owned nodes
-            let owned: Vec<bool> = nodes.iter().map(|s| s.owned.is_some()).collect();
-            for s in &mut nodes {
-                s.borrows.retain(|&b| owned[b]);
-            }
-            Case {
-                nodes,
-                finals,
-                replaced,
-                choices,
-                seed,
-            }
-        })
+        .prop_map(
+            |(mut nodes, mut finals, replaced, choices, seed, instant)| {
+                // the last node usually reaches much of the graph
+                finals.push(nodes.len() - 1);
+                // borrows must name owned nodes
+                let owned: Vec<bool> = nodes.iter().map(|s| s.owned.is_some()).collect();
+                for s in &mut nodes {
+                    s.borrows.retain(|&b| owned[b]);
+                    // an owned node never has forward retries (the graph refuses them)
+                    if s.owned.is_some() {
+                        s.retries = 0;
+                    }
+                }
+                Case {
+                    nodes,
+                    finals,
+                    replaced,
+                    choices,
+                    seed,
+                    instant,
+                }
+            },
+        )
 }
 
 fn name(i: usize) -> String {
@@ -195,6 +204,17 @@ impl Driver {
                 Op::Sleep => {
                     let d = c.arg.unwrap();
                     assert!(d.is_finite() && d >= 0.0);
+                    if run.instant_retries() {
+                        assert_eq!(d, 0.0, "instant retries wait 0");
+                    } else {
+                        let policy = if c.job < n {
+                            *plan.policy(c.job)
+                        } else {
+                            *plan.release(c.job - n).unwrap()
+                        };
+                        let (low, high) = policy.delay_bounds(c.attempt);
+                        assert!(low <= d && d <= high, "delay {d} outside [{low}, {high}]");
+                    }
                     self.sleeping.insert(c.job, c.attempt);
                 }
                 Op::Cancel => {
@@ -222,7 +242,7 @@ fn pick(choices: &[u16], k: &mut usize, m: usize, default: usize) -> usize {
 fn drive(case: &Case) {
     let plan = build(case);
     let n = plan.len() as u32;
-    let mut run = Run::new(Arc::clone(&plan), Some(case.seed));
+    let mut run = Run::new(Arc::clone(&plan), Some(case.seed)).with_instant_retries(case.instant);
     let mut d = Driver::default();
     let mut out = Vec::new();
     let mut k = 0usize;
@@ -316,9 +336,17 @@ fn drive(case: &Case) {
                 d.succeeded.insert(job);
             }
             4 | 5 => {
-                run.failed(job as i64, true, &mut out).unwrap();
+                let decided = run.failed(job as i64, true, &mut out).unwrap();
                 let retried = out.iter().any(|c| c.op == Op::Sleep && c.job == job);
                 assert_eq!(retried, attempt < plan.policy(job).retries());
+                match decided {
+                    Failure::Retry { delay } => {
+                        assert!(retried);
+                        assert_eq!(out[0].arg, Some(delay), "the SLEEP carries the delay");
+                    }
+                    Failure::Final => assert!(!retried),
+                    Failure::Ignored => panic!("a running job's failure is never ignored"),
+                }
                 if !retried {
                     d.running.remove(&job);
                     assert!(run.aborted());
@@ -330,9 +358,20 @@ fn drive(case: &Case) {
             }
             6 => {
                 d.running.remove(&job);
-                run.failed(job as i64, false, &mut out).unwrap();
+                let decided = run.failed(job as i64, false, &mut out).unwrap();
+                assert_eq!(decided, Failure::Final);
                 assert!(run.aborted());
                 assert!(!out.iter().any(|c| c.op == Op::Sleep));
+            }
+            7 if attempt == 0 && pick(&case.choices, &mut k, 2, 1) == 0 => {
+                // the input was rejected before attempt 0 called anything
+                d.running.remove(&job);
+                run.rejected(job as i64, &mut out).unwrap();
+                assert_eq!(run.state(job), Some(JobState::Rejected));
+                d.started.remove(&job);
+                d.attempts.insert(job, 0);
+                assert!(run.aborted());
+                assert!(!out.iter().any(|c| c.op == Op::Sleep || c.op == Op::Start));
             }
             _ => {
                 d.running.remove(&job);
@@ -397,8 +436,10 @@ fn drive(case: &Case) {
                 d.release_done.insert(o);
             }
             2 => {
-                run.failed(job as i64, true, &mut out).unwrap();
-                if !out.iter().any(|c| c.op == Op::Sleep && c.job == job) {
+                let decided = run.failed(job as i64, true, &mut out).unwrap();
+                let retried = out.iter().any(|c| c.op == Op::Sleep && c.job == job);
+                assert_eq!(matches!(decided, Failure::Retry { .. }), retried);
+                if !retried {
                     d.release_done.insert(o);
                 }
             }
@@ -430,6 +471,69 @@ proptest! {
     #[test]
     fn random_dags_and_event_orders_keep_the_invariants(case in case()) {
         drive(&case);
+    }
+
+    /// The picture's shutdown edges are the run's order: their transitive closure relates
+    /// exactly the owned nodes that depend on each other.
+    #[test]
+    fn release_edges_close_to_the_dependency_order(case in case()) {
+        let plan = build(&case);
+        let n = plan.len() as u32;
+        let edges = plan.release_edges();
+        let mut closure: HashSet<(u32, u32)> = edges.iter().copied().collect();
+        loop {
+            let more: Vec<(u32, u32)> = closure
+                .iter()
+                .flat_map(|&(a, b)| {
+                    closure
+                        .iter()
+                        .filter(move |&&(c, _)| c == b)
+                        .map(move |&(_, d)| (a, d))
+                })
+                .filter(|e| !closure.contains(e))
+                .collect();
+            if more.is_empty() {
+                break;
+            }
+            closure.extend(more);
+        }
+        for p in 0..n {
+            for o in 0..n {
+                let both = plan.release(p).is_some() && plan.release(o).is_some();
+                let expect = both && p != o && depends_on(&plan, p, o);
+                prop_assert_eq!(closure.contains(&(p, o)), expect, "({}, {})", p, o);
+            }
+        }
+        // nearest only: each edge is a path of consumers whose inner nodes own nothing
+        for &(p, o) in &edges {
+            let mut stack: Vec<u32> = plan.consumers(o).to_vec();
+            let mut seen = HashSet::new();
+            let mut found = false;
+            while let Some(c) = stack.pop() {
+                if c == p {
+                    found = true;
+                    break;
+                }
+                if seen.insert(c) && plan.release(c).is_none() {
+                    stack.extend_from_slice(plan.consumers(c));
+                }
+            }
+            prop_assert!(found, "edge ({}, {}) crosses another owned node", p, o);
+        }
+    }
+
+    /// An owned node with forward retries is refused, naming it; release retries are fine.
+    #[test]
+    fn owned_forward_retries_are_refused(retries in 1u32..5, release_retries in 0u32..5, at in 0usize..4) {
+        let mut defs: Vec<NodeDef> = (0..4).map(|i| NodeDef::new(name(i), &[])).collect();
+        let release = Policy::new(None, release_retries, 0.0, 1.0).unwrap();
+        defs[at] = NodeDef::new(name(at), &[])
+            .with_policy(Policy::new(None, retries, 0.0, 1.0).unwrap())
+            .owned(release);
+        let err = Graph::new(defs.clone()).unwrap_err();
+        prop_assert_eq!(err, GraphError::RetriedAcquisition(name(at)));
+        defs[at] = NodeDef::new(name(at), &[]).owned(release);
+        prop_assert!(Graph::new(defs).is_ok());
     }
 }
 

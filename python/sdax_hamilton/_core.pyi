@@ -1,9 +1,11 @@
 """Typing stubs for the Rust extension ``sdax_hamilton._core``.
 
 The extension is the core of the package: policy validation and jitter, graph compilation
-and selection, and the per-run scheduling state machine. The asyncio driver
-(``_driver.py``) executes the commands a ``Run`` emits and reports events back; it never
-decides ordering, retries or shutdown sequence itself.
+and selection (including which graphs are refused), and the per-run scheduling state
+machine. The asyncio driver (``_driver``) executes the commands a ``Run`` emits and reports
+events back; it never decides ordering, retries or shutdown sequence itself: which job
+starts when, whether a failure is retried and after which delay (test mode included),
+and the order of releases (the one the plan picture draws) are all the core's.
 """
 
 from collections.abc import Collection, Sequence
@@ -83,9 +85,11 @@ NodeDef = tuple[str, Sequence[str], Sequence[str], Policy, Policy | None]
 class Graph:
     """All nodes of a Driver, compiled once.
 
-    Raises ``ValueError`` naming the nodes for duplicate names, a borrow of an unknown node
-    or of a node that owns no resource; ``TypeError`` for a malformed node tuple (naming
-    the node). Inputs/borrows that name the same node twice count once. Cycles are reported
+    Raises ``ValueError`` naming the nodes for duplicate names, an owned node whose forward
+    policy has retries (``"Acquisition retries require attempt cleanup: <name>"``: a failed
+    attempt's acquisition would never be released), a borrow of an unknown node or of a node
+    that owns no resource (checked in that order); ``TypeError`` for a malformed node tuple
+    (naming the node). Inputs/borrows that name the same node twice count once. Cycles are reported
     by ``select`` (only the selected part has to be acyclic).
     """
 
@@ -119,6 +123,11 @@ class Plan:
         """Job id of an active node; ``KeyError`` otherwise."""
     def shutdown_order(self) -> list[list[str]]:
         """Owned active nodes in release waves if every one had started (for docs/tests)."""
+    def shutdown_edges(self) -> list[tuple[str, str]]:
+        """The order ``Run.begin_shutdown`` enforces, as sorted ``(dependent, owner)`` pairs:
+        the release of ``dependent`` completes before the release of ``owner`` starts.
+        Only the nearest owned dependents are listed (a path of consumers from ``owner``
+        to ``dependent`` through nodes that own nothing); the order is their closure."""
     def __len__(self) -> int: ...
 
 @final
@@ -133,19 +142,25 @@ class Run:
     nothing; the core never panics across the boundary.
     """
 
-    def __new__(cls, plan: Plan, seed: int | None = None) -> Run:
+    def __new__(cls, plan: Plan, seed: int | None = None, *, instant_retries: bool = False) -> Run:
         """``seed`` (any int, taken modulo 2**64) makes the jitter of this run
         reproducible for a given build of the extension; ``None`` seeds from the OS-seeded
-        thread RNG the first time a delay is drawn."""
+        thread RNG the first time a delay is drawn. ``instant_retries`` (test mode) makes
+        every retry wait, of nodes and of releases, 0 seconds; attempts and retry decisions
+        are unchanged."""
     def start(self) -> list[Command]:
         """Begin the forward phase: START every node with no active dependency."""
     def succeeded(self, job: int) -> list[Command]:
         """The current attempt returned and its value passed the output check."""
-    def failed(self, job: int, retryable: bool) -> list[Command]:
-        """The current attempt failed; a nonretryable or final failure fails the job.
+    def failed(self, job: int, retryable: bool) -> tuple[float | None, list[Command]]:
+        """The current attempt failed; returns ``(delay, commands)``.
 
-        A failed forward job aborts the forward phase: CANCEL for running jobs, STOP_SLEEP
-        for waiting ones, nothing new starts. A failed release does not stop the others.
+        ``delay`` is what the core decided: the wait in seconds before the next attempt
+        when a retry was scheduled (the SLEEP command carries it too), ``None`` when the job
+        failed for good (nonretryable, retries exhausted, the run aborted) or the report
+        was ignored (a job the core CANCELled). A failed forward job aborts the forward
+        phase: CANCEL for running jobs, STOP_SLEEP for waiting ones, nothing new starts. A
+        failed release does not stop the others.
         """
     def elapsed(self, job: int) -> list[Command]:
         """The retry wait of ``job`` is over: START its next attempt (unless aborted)."""
@@ -160,6 +175,16 @@ class Run:
         job and aborts the forward phase (returns the CANCEL/STOP_SLEEP commands). For a
         release it completes that release (no retry).
         """
+    def rejected(self, job: int) -> list[Command]:
+        """The input of forward ``job`` was rejected before attempt 0 called anything.
+
+        The node fails for good without an attempt: none is counted, no release is owed,
+        and the forward phase aborts (returns the CANCEL/STOP_SLEEP commands). Only attempt
+        0 can be rejected; for a job the core CANCELled meanwhile it ends the job the same
+        way."""
+    @property
+    def instant_retries(self) -> bool:
+        """Whether every retry wait of this run is 0 seconds (test mode)."""
     def cancel(self) -> list[Command]:
         """Caller cancellation or abort of the forward phase: CANCEL running forward jobs,
         STOP_SLEEP waiting ones, start nothing new. Idempotent. No effect on releases."""

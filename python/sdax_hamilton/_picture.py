@@ -34,43 +34,16 @@ def _attributes(**attrs: str) -> str:
     return ", ".join(f"{key}={_quote(value)}" for key, value in attrs.items())
 
 
-def shutdown_edges(specs: Sequence[NodeSpec]) -> list[tuple[str, str]]:
-    """``(dependent, owner)`` pairs: ``dependent``'s release completes before ``owner``'s.
-
-    Only the nearest owned dependents are listed (the walk stops at owned nodes), which is
-    the order the core enforces once the transitive steps are added back.
-    """
-    active = {spec.name: spec for spec in specs}
-    consumers: dict[str, list[str]] = {name: [] for name in active}
-    for spec in specs:
-        for source in (*(inp.name for inp in spec.inputs), *spec.borrows):
-            if source in consumers and spec.name not in consumers[source]:
-                consumers[source].append(spec.name)
-    edges: list[tuple[str, str]] = []
-    for owner in specs:
-        if owner.release is None:
-            continue
-        seen = {owner.name}
-        stack = list(consumers[owner.name])
-        while stack:
-            name = stack.pop()
-            if name in seen:
-                continue
-            seen.add(name)
-            if active[name].release is not None:
-                edges.append((name, owner.name))
-            else:
-                stack.extend(consumers[name])
-    return sorted(edges)
-
-
 def plan_to_dot(
     specs: Sequence[NodeSpec],
     *,
     outputs: Sequence[str],
     inputs: Iterable[str],
     replaced: Mapping[str, str],
+    shutdown: Iterable[tuple[str, str]],
 ) -> str:
+    """DOT source of a selection. ``shutdown`` is the core's release order as
+    ``(dependent, owner)`` pairs (``_core.Plan.shutdown_edges``), drawn as is."""
     output_set = frozenset(outputs)
     active = {spec.name for spec in specs}
     lines = [
@@ -115,7 +88,7 @@ def plan_to_dot(
             if owner in known:
                 attrs_text = _attributes(style="dotted", label="borrows")
                 lines.append(f"  {_quote(owner)} -> {_quote(spec.name)} [{attrs_text}];")
-    for dependent, owner in shutdown_edges(specs):
+    for dependent, owner in shutdown:
         attrs_text = _attributes(
             style="dashed", color="gray40", label="released before", constraint="false"
         )

@@ -197,6 +197,7 @@ class PreparedPlan:
             outputs=self.outputs,
             inputs=tuple(self.required_inputs),
             replaced=program.replaced,
+            shutdown=program.plan.shutdown_edges(),
         )
 
     def visualize(self, path: str | os.PathLike[str], *, format: str | None = None) -> Path:
@@ -322,8 +323,6 @@ def _check_reached(
         if spec.release is not None:
             if name in replaced:
                 raise ValueError(f"Cannot replace owned acquisition: {name}")
-            if spec.policy.retries > 0:
-                raise ValueError(f"Acquisition retries require attempt cleanup: {name}")
         if name in config and not accepts(config[name], spec.type):
             raise TypeError(f"Invalid config replacement: {name}")
 

@@ -67,7 +67,11 @@ class Driver:
             hamilton_nodes = {}
         self._nodes = translate(unique, values, hamilton_nodes)
         self._config = MappingProxyType(values)
-        self._graph: _core.Graph | None = None
+        from .._plan import compile_graph
+
+        # The core refuses what no plan could run (an owned node with forward retries),
+        # so those errors surface here, when the Driver is built.
+        self._graph: _core.Graph = compile_graph(self._nodes)
         self._adapters = (
             Adapters(accepted, hamilton_nodes, unique, values)
             if accepted and hamilton_nodes is not None
@@ -84,10 +88,8 @@ class Driver:
     ) -> PreparedPlan:
         """Select ``final_vars`` and compile a reusable ``PreparedPlan`` (docs/api.md,
         "prepare")."""
-        from .._plan import build_plan, compile_graph
+        from .._plan import build_plan
 
-        if self._graph is None:
-            self._graph = compile_graph(self._nodes)
         return build_plan(
             self._nodes,
             self._config,

@@ -70,7 +70,7 @@ def hamilton_edge_check(by_name: Mapping[str, Generated], config: Mapping[str, A
 
 
 def check_releases(by_name: Mapping[str, Generated], placement: Placement) -> None:
-    """Each release accepts what its owner produces; no owned acquisition is retried."""
+    """Each release accepts what its owner produces."""
     for name, (release_spec, _release) in placement.releases.items():
         node_type = by_name[name].node.type
         if not compatible(node_type, release_spec.acquisition_type):
@@ -78,15 +78,8 @@ def check_releases(by_name: Mapping[str, Generated], placement: Placement) -> No
                 f"shutdown Acquisition type does not accept {name} "
                 f"({release_spec.origin} for {by_name[name].prov.decl.__qualname__})"
             )
-    _refuse_retried_acquisitions(placement)
-
-
-def _refuse_retried_acquisitions(placement: Placement) -> None:
-    # The one place the translation refuses forward retries of an owned acquisition.
-    for name in placement.releases:
-        policy = placement.policies.get(name)
-        if policy is not None and policy.retries > 0:
-            raise ValueError(f"Acquisition retries require attempt cleanup: {name}")
+    # Forward retries of an owned acquisition are refused by the core when the Driver
+    # compiles its graph (``_core.Graph``).
 
 
 def default_policy() -> _core.Policy:

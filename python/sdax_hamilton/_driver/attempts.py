@@ -1,0 +1,306 @@
+"""Attempt mechanics: carrying out the core's commands as calls, tasks and timers.
+
+A START becomes a call of the node's (or release's) function. An awaitable result is either
+awaited inline in the forward task (a lone forward attempt: nothing else is running or
+waiting) or in a task of its own; a timeout is a timer that cancels it. How each attempt
+ended goes to ``OutcomeHandling`` (``outcomes.py``). docs/internals.md, "How the driver
+carries out STARTs", gives the reasons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+import types
+from typing import Any, Final
+
+from .. import _core
+from .._declarations import Acquisition
+from .runtime import TIMEOUT_MESSAGE
+from .state import BAD_INPUT, ELAPSED, RAISED, RETURNED, UNSTARTED, RunState
+
+_START: Final = _core.START
+_SLEEP: Final = _core.SLEEP
+_CANCEL: Final = _core.CANCEL
+_STOP_SLEEP: Final = _core.STOP_SLEEP
+_CoroutineType: Final = types.CoroutineType
+
+
+class AttemptState(enum.IntEnum):
+    """Where one attempt stands, from our side (the core knows the job's state).
+
+    ``CANCELLED`` and later: the core CANCELled it. The three ways that can end differ in
+    whether our cancellation reached the attempt, which decides whether a
+    ``CancelledError`` out of it is the drain of the abort or a failure of its own.
+    """
+
+    CALLED = 0
+    """The function was called; its awaitable (if any) has not been awaited yet."""
+    RUNNING = 1
+    """Its awaitable is being awaited (in a task of its own, or inline)."""
+    TIMED_OUT = 2
+    """Our timer cancelled it; it is draining. Its failure is a ``TimeoutError``."""
+    CANCELLED = 3
+    """CANCELled by the core, and that cancellation reached it (or it never began)."""
+    CANCELLED_TIMED_OUT = 4
+    """CANCELled by the core while draining its timeout (it was not cancelled twice)."""
+    CANCEL_MISSED = 5
+    """CANCELled by the core after it had already finished: its outcome is its own."""
+
+
+_CALLED: Final = AttemptState.CALLED
+_RUNNING: Final = AttemptState.RUNNING
+_TIMED_OUT: Final = AttemptState.TIMED_OUT
+_CANCELLED: Final = AttemptState.CANCELLED
+_CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
+_CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
+
+
+class Attempt:
+    """One carried-out START command (a call of a node or of a release)."""
+
+    __slots__ = ("aw", "baseline", "deadline", "job", "number", "state", "task", "timeout", "timer")
+
+    def __init__(self, job: int, number: int, timeout: float | None) -> None:
+        self.job = job
+        self.number = number  # 0-based attempt number
+        self.timeout = timeout
+        self.state = _CALLED
+        self.aw: Any = None  # the awaitable the call returned
+        self.task: asyncio.Task[None] | None = None  # its own task, when not inline
+        self.timer: asyncio.Handle | None = None  # its own timeout, when not inline
+        self.baseline = 0  # inline: the forward task's cancelling() count when it began
+        self.deadline = 0.0  # inline with a timeout: loop time at which it expires
+
+    @property
+    def cancelled(self) -> bool:
+        """The core CANCELled this attempt."""
+        return self.state >= _CANCELLED
+
+    @property
+    def timed_out(self) -> bool:
+        """Our timer cancelled this attempt."""
+        return self.state == _TIMED_OUT or self.state == _CANCELLED_TIMED_OUT
+
+
+class AttemptMechanics(RunState):
+    """Carrying out commands: calls, attempt tasks, inline attempts, timers."""
+
+    __slots__ = ()
+
+    # Outcomes, handled by the subclass (``outcomes.py``).
+    def _returned(self, attempt: Attempt, value: Any) -> None:
+        raise NotImplementedError
+
+    def _raised(self, attempt: Attempt, exc: BaseException) -> None:
+        raise NotImplementedError
+
+    def _execute(self, commands: list[_core.Command]) -> None:
+        for op, job, attempt, arg in commands:
+            if op == _START:
+                self._start(job, attempt, arg)
+            elif op == _SLEEP:
+                self._sleeps[job] = self._loop.call_later(
+                    arg or 0.0, self._post, (ELAPSED, job, None)
+                )
+            elif op == _CANCEL:
+                self._cancel(job)
+            elif op == _STOP_SLEEP:
+                handle = self._sleeps[job]
+                if handle is not None:
+                    self._sleeps[job] = None
+                    handle.cancel()
+                self._reporter.retry_cancelled(job, self._run.attempts(job))
+            else:  # pragma: no cover - contract violation by the core
+                raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
+
+    def _start(self, job: int, attempt_number: int, timeout: float | None) -> None:
+        """Call the job's function now. An awaitable result joins ``_fresh``: the
+        coordinator awaits it inline or launches it in a task of its own."""
+        n = self._n
+        attempt = Attempt(job, attempt_number, timeout)
+        self._running[job] = attempt
+        if job < n:
+            node = self._nodes[job]
+            if attempt_number == 0:
+                # Arguments are read and checked once; retries reuse them.
+                try:
+                    kwargs = dict(node.defaults) if node.defaults else {}
+                    values = self._values
+                    for keyword, key in node.args:
+                        kwargs[keyword] = values[key]
+                    for keyword, check in node.input_checks:
+                        if not check(kwargs[keyword]):
+                            raise TypeError(f"Invalid input for {node.name}.{keyword}")
+                except Exception as exc:
+                    self._post((BAD_INPUT, attempt, exc))
+                    return
+                self._kwargs[job] = kwargs
+                if node.release is not None:
+                    self._acquisitions[job] = Acquisition()
+            else:
+                kwargs = self._kwargs[job]  # type: ignore[assignment]
+            if self._watch:
+                self._reporter.attempt_started(job, attempt_number + 1)
+            try:
+                result = node.call(**kwargs)
+            except BaseException as exc:
+                self._post((RAISED, attempt, exc))
+                return
+        else:
+            owner = self._nodes[job - n]
+            release = owner.release
+            if release is None:  # pragma: no cover - contract violation by the core
+                raise RuntimeError(f"sdax_hamilton internal error: no release for {owner.name!r}")
+            record = self._acquisitions[job - n]
+            if record is None:
+                record = Acquisition()
+            self._reporter.attempt_started(job, attempt_number + 1)
+            try:
+                result = release.call(record)
+            except BaseException as exc:
+                self._post((RAISED, attempt, exc))
+                return
+        if type(result) is _CoroutineType or inspect.isawaitable(result):
+            attempt.aw = result
+            self._fresh.append(attempt)
+        else:
+            self._post((RETURNED, attempt, result))
+
+    def _cancel(self, job: int) -> None:
+        """CANCEL: cancel the running attempt of ``job`` once, noting whether it reached it."""
+        attempt = self._running[job]
+        if attempt is None or attempt.state >= _CANCELLED:
+            return
+        if attempt.state == _TIMED_OUT:
+            # Already cancelled once, by its timeout: it is draining.
+            attempt.state = _CANCELLED_TIMED_OUT
+            return
+        task = attempt.task
+        if task is None:
+            # Not launched yet (``_launch`` reports it unstarted), or a sync call whose
+            # outcome is queued (its own). Inline attempts are marked by ``_inline``
+            # before the core's CANCEL arrives.
+            attempt.state = _CANCEL_MISSED
+            return
+        began = attempt.state == _RUNNING
+        # False when the task has already finished: its outcome is queued and is its own.
+        attempt.state = _CANCELLED if task.cancel() else _CANCEL_MISSED
+        if not began:
+            # The task never ran a step: its awaitable will never be awaited.
+            task.add_done_callback(lambda _task: self._unstarted_done(attempt))
+
+    def _unstarted_done(self, attempt: Attempt) -> None:
+        self._live -= 1
+        self._post((UNSTARTED, attempt, None))
+
+    def _launch(self) -> None:
+        """Give every fresh awaitable a task of its own (and its timeout a timer)."""
+        loop = self._loop
+        for attempt in self._fresh:
+            if attempt.state >= _CANCELLED:
+                self._post((UNSTARTED, attempt, None))
+                continue
+            self._live += 1  # before create_task: an eager task factory may finish it at once
+            attempt.task = loop.create_task(self._attempt_task(attempt))
+            if attempt.timeout is not None:
+                attempt.timer = loop.call_later(attempt.timeout, self._on_timeout, attempt)
+        self._fresh.clear()
+
+    async def _attempt_task(self, attempt: Attempt) -> None:
+        attempt.state = _RUNNING
+        try:
+            value = await attempt.aw
+        except BaseException as exc:  # never let anything (KeyboardInterrupt!) escape a task
+            self._live -= 1
+            self._post((RAISED, attempt, exc))
+        else:
+            self._live -= 1
+            self._post((RETURNED, attempt, value))
+
+    async def _inline(self, attempt: Attempt) -> None:
+        """Await a lone forward attempt in the coordinator itself, the forward task.
+
+        Cancellations of the forward task are told apart by count (the ``asyncio.timeout``
+        technique): our timeout cancels the task once and takes its request back with
+        ``uncancel()``; the caller's first cancellation is passed on once (``cancel()``),
+        so a rise of ``cancelling()`` while the abort is requested means it reached the
+        attempt. A rise not of our making is the attempt cancelling its own task.
+        """
+        attempt.state = _RUNNING
+        task = self._task
+        before = attempt.baseline = task.cancelling()
+        timeout = attempt.timeout
+        if timeout is not None:
+            # One timer per run serves every inline attempt: armed for the earliest pending
+            # deadline, re-armed when it fires early for a later one, never cancelled per
+            # attempt (a long inline chain would otherwise pile cancelled timer handles
+            # into the loop's heap without the loop ever running to clean them).
+            loop = self._loop
+            deadline = attempt.deadline = loop.time() + timeout
+            self._inline_attempt = attempt
+            timer = self._inline_timer
+            if timer is None or self._inline_when > deadline:
+                if timer is not None:
+                    timer.cancel()
+                self._inline_when = deadline
+                self._inline_timer = loop.call_at(deadline, self._inline_tick)
+        raised = False
+        try:
+            payload = await attempt.aw
+        except BaseException as exc:
+            raised = True
+            payload = exc
+        self._inline_attempt = None
+        timed_out = attempt.state == _TIMED_OUT
+        if timed_out:
+            task.uncancel()
+        if self._abort_requested:
+            # The caller cancelled meanwhile (its own CancelledError is the primary already).
+            # The cancellation we passed on reached this attempt, unless it was held back
+            # because the attempt was draining its timeout. Marked before the core's CANCEL.
+            if timed_out:
+                attempt.state = _CANCELLED_TIMED_OUT
+            elif task.cancelling() > before:
+                attempt.state = _CANCELLED
+            else:
+                attempt.state = _CANCEL_MISSED
+            self._execute(self._run.cancel())
+        # Nothing else is running, so no event can have been queued meanwhile: report now.
+        if raised:
+            self._raised(attempt, payload)
+        else:
+            self._returned(attempt, payload)
+
+    def _inline_tick(self) -> None:
+        self._inline_timer = None
+        attempt = self._inline_attempt
+        if attempt is None:
+            return  # armed for an attempt that has finished; the next one re-arms
+        if attempt.deadline > self._inline_when:
+            self._inline_when = attempt.deadline
+            self._inline_timer = self._loop.call_at(attempt.deadline, self._inline_tick)
+            return
+        if attempt.state != _RUNNING:
+            return
+        task = self._task
+        if self._abort_requested or task.cancelling() > attempt.baseline:
+            return  # the caller's cancellation is already on its way into the attempt
+        attempt.state = _TIMED_OUT
+        task.cancel(TIMEOUT_MESSAGE)
+        self._reporter.attempt_timed_out(attempt.job, attempt.number + 1, attempt.timeout)
+
+    def _on_timeout(self, attempt: Attempt) -> None:
+        attempt.timer = None
+        if attempt.state >= _TIMED_OUT:
+            return
+        task = attempt.task
+        if task is None or task.done():
+            return
+        if attempt.state == _CALLED:  # pragma: no cover - the task's first step is queued
+            attempt.timer = self._loop.call_soon(self._on_timeout, attempt)
+            return
+        attempt.state = _TIMED_OUT
+        task.cancel(TIMEOUT_MESSAGE)
+        self._reporter.attempt_timed_out(attempt.job, attempt.number + 1, attempt.timeout)

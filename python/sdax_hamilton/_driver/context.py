@@ -1,0 +1,303 @@
+"""The run context: the phase and cancellation protocol of one run (``open_run``).
+
+``__aenter__`` runs the forward phase, ``__aexit__`` the cleanup; each phase's coordinator
+runs in a task of its own while the caller's task waits for it, shielded, so the caller's
+cancellations never land in a node or a release. docs/internals.md ("How the driver carries
+out STARTs") describes the protocol and why it has this shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import types
+from collections.abc import Coroutine, Sequence
+from contextvars import ContextVar
+from typing import Any, Final
+
+from .. import _core
+from .._observe import observers_of
+from .attempts import Attempt, AttemptState
+from .outcomes import OutcomeHandling
+from .reporter import Reporter
+from .runtime import NodeRuntime
+from .state import ABORT
+
+_CancelledError: Final = asyncio.CancelledError
+_CoroutineType: Final = types.CoroutineType
+_CALLED: Final = AttemptState.CALLED
+_CANCELLED: Final = AttemptState.CANCELLED
+
+JITTER_SEED: ContextVar[int | None] = ContextVar("sdax_hamilton_jitter_seed", default=None)
+"""Set by ``sdax_hamilton.testing.jitter_seed``: seeds every run opened meanwhile."""
+INSTANT_RETRIES: ContextVar[bool] = ContextVar("sdax_hamilton_instant_retries", default=False)
+"""Set by ``sdax_hamilton.testing.instant_retries``: retry waits of runs opened meanwhile are 0."""
+
+
+def open_run(
+    plan: _core.Plan,
+    nodes: Sequence[NodeRuntime],
+    values: dict[str, Any],
+    outputs: Sequence[str],
+    *,
+    seed: int | None = None,
+    observer: object = None,
+) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
+    """One execution of ``plan`` as an async context manager (docs/api.md, "execute and
+    open").
+
+    ``values`` is the run's fresh value table; node outputs are stored into it. The body
+    receives a fresh ``{name: values[name] for name in outputs}``. ``observer``: ``None``, a
+    callable taking one ``RunEvent``, or a sequence of them (``TypeError`` otherwise).
+
+    The test-mode context variables are read here, when the run is opened: a
+    ``JITTER_SEED`` replaces ``seed``; ``INSTANT_RETRIES`` makes every retry wait 0 (the
+    core's ``Run`` option).
+    """
+    observers = observers_of(observer)
+    test_seed = JITTER_SEED.get()
+    if test_seed is not None:
+        seed = test_seed
+    return RunContext(plan, nodes, values, outputs, seed, observers, INSTANT_RETRIES.get())
+
+
+class RunContext(OutcomeHandling):
+    """One run; the async context manager returned by :func:`open_run`."""
+
+    __slots__ = ()
+
+    # ----------------------------------------------------------------- context protocol
+
+    async def __aenter__(self) -> dict[str, Any]:
+        if self._entered:
+            raise RuntimeError("a run context can be entered only once")
+        self._entered = True
+        n = self._n
+        if len(self._plan) != n:
+            raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
+        self._run = _core.Run(self._plan, self._seed, instant_retries=self._instant)
+        self._loop = asyncio.get_running_loop()
+        if asyncio.current_task() is None:
+            raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
+        self._running = [None] * (2 * n)
+        self._sleeps = [None] * (2 * n)
+        self._kwargs = [None] * n
+        self._acquisitions = [None] * n
+        reporter = self._reporter = Reporter(
+            [node.name for node in self._nodes], self._observers, self._loop, self._terminated
+        )
+        self._watch = reporter.watching
+        record = self._record
+        reporter.run_started(self._plan.nodes)
+        if record.primary is not None:  # the observer raised KeyboardInterrupt/SystemExit
+            outcome = self._outcome_or_internal()
+            raise self._finish(outcome) or outcome  # nothing ran: nothing to clean up
+
+        await self._phase(self._forward(), False)
+        if record.clean:
+            values = self._values
+            return {name: values[name] for name in self._outputs}
+        await self._cleanup()
+        outcome = self._outcome_or_internal()
+        raise self._finish(outcome) or outcome
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: types.TracebackType | None,
+    ) -> bool:
+        if exc is not None:
+            self._record.body_raised(exc)
+        await self._cleanup()
+        outcome = self._finish(self._record.outcome())
+        if outcome is None or outcome is exc:
+            return False  # the body's own exception (if any) propagates unchanged
+        raise outcome
+
+    def _finish(self, outcome: BaseException | None) -> BaseException | None:
+        """Emit ``run_finished``; returns the run's outcome (an observer may replace it)."""
+        record = self._record
+        primary = record.primary
+        self._reporter.run_finished(outcome)
+        self._reporter.close()
+        if record.primary is not primary:  # the observer raised KeyboardInterrupt/SystemExit
+            return record.outcome()
+        return outcome
+
+    def _outcome_or_internal(self) -> BaseException:
+        outcome = self._record.outcome()
+        if outcome is None:  # pragma: no cover - defensive: the core ended a phase early
+            return RuntimeError("sdax_hamilton internal error: forward phase ended incomplete")
+        return outcome
+
+    def _terminated(self, exc: BaseException) -> None:
+        """An observer raised ``KeyboardInterrupt``/``SystemExit``: stop like a node would."""
+        self._record.terminate(exc)
+        self._post((ABORT, None, None))
+
+    # ----------------------------------------------------------------- phases
+
+    async def _cleanup(self) -> None:
+        self._reporter.shutdown_started()
+        commands = self._run.begin_shutdown()
+        if commands or not self._run.finished:  # a release is owed: run them in a task
+            await self._phase(self._shutdown(commands), True)
+
+    async def _phase(self, coordinator: Coroutine[Any, Any, None], shutdown: bool) -> None:
+        """Run a phase's coordinator in a task of its own; wait for it, shielded.
+
+        The caller's cancellations land on our wait, never in the phase: they are recorded,
+        and in the forward phase the first one aborts it (passed on once).
+        """
+        loop = self._loop
+        self._phase_over = False
+        self._phase_done = None
+        self._began = False
+        task = self._phase_task = loop.create_task(coordinator)  # copies the caller's context
+        try:
+            while not self._phase_over:
+                done = self._phase_done = loop.create_future()
+                try:
+                    await done
+                except _CancelledError as exc:
+                    self._caller_cancelled(exc, shutdown)
+                    if task.done() and not self._phase_over:
+                        self._never_ran(shutdown)
+        except BaseException:
+            # Not a cancellation: a KeyboardInterrupt raised into this task by a signal
+            # handler, say. Nobody waits for the forward phase any more: abort it.
+            if not shutdown:
+                self._request_abort()
+            raise
+        self._phase_done = None
+        self._phase_task = None  # finished: an open() body does not keep it alive
+        internal = self._internal
+        if internal is not None:
+            raise internal
+
+    def _phase_over_now(self) -> None:
+        """The phase's coordinator has finished: wake the caller."""
+        self._phase_over = True
+        done = self._phase_done
+        if done is not None and not done.done():
+            done.set_result(None)
+
+    def _never_ran(self, shutdown: bool) -> None:
+        """The phase's task was cancelled before its first step, by someone else (we never
+        do): nothing of the phase ran. Seen when the caller is cancelled too (a loop being
+        torn down cancels every task); a task is not watched for this otherwise, which
+        would cost every run a callback."""
+        if shutdown:
+            self._internal = RuntimeError(
+                "sdax_hamilton internal error: the shutdown task was cancelled before it began"
+            )
+        else:
+            self._record.caller_cancelled(_CancelledError(), False)
+        self._phase_over_now()
+
+    async def _forward(self) -> None:
+        """The forward task: carry out the forward phase until it is quiescent."""
+        self._began = True
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task  # the forward task: inline attempts and their timeouts use it
+        try:
+            if not self._abort_requested:  # else the caller was cancelled before we began
+                self._execute(self._run.start())
+                await self._drive(False)
+        except BaseException as exc:  # nothing escapes a task into the loop
+            self._abandon(exc)
+            self._internal = exc
+        finally:
+            timer = self._inline_timer
+            if timer is not None:
+                self._inline_timer = None
+                timer.cancel()
+            del self._task  # no inline attempt is left to use it
+            self._phase_over_now()
+
+    async def _shutdown(self, commands: list[_core.Command]) -> None:
+        """The shutdown task: carry out the releases until every one has completed."""
+        self._began = True
+        try:
+            self._execute(commands)
+            await self._drive(True)
+        except BaseException as exc:  # nothing escapes a task into the loop
+            self._abandon(exc)
+            self._internal = exc
+        finally:
+            self._phase_over_now()
+
+    async def _drive(self, shutdown: bool) -> None:
+        """Process events and carry out commands until the phase is quiescent."""
+        events = self._events
+        fresh = self._fresh
+        run = self._run
+        handle = self._handle
+        while True:
+            while events:
+                handle(events.popleft())
+            if fresh:
+                if (
+                    not shutdown
+                    and len(fresh) == 1
+                    and self._live == 0
+                    and fresh[0].state < _CANCELLED
+                    and run.pending == 1
+                ):
+                    await self._inline(fresh.pop())
+                else:
+                    self._launch()
+                continue
+            if self._live == 0 and (run.finished if shutdown else run.pending == 0):
+                return
+            waiter = self._waiter = self._loop.create_future()
+            try:
+                await waiter
+            except _CancelledError as exc:
+                self._waiter = None
+                if shutdown:  # not the caller's (never passed on): someone cancelled our task
+                    self._record.caller_cancelled(exc, True)
+                    continue
+                if not self._abort_requested:  # not passed on by us: taken as the caller's
+                    self._abort_requested = True
+                    self._record.caller_cancelled(exc, False)
+                self._execute(run.cancel())
+
+    def _abandon(self, exc: BaseException) -> None:
+        """Internal failure of the coordinator: stop everything we started (best effort)."""
+        self._reporter.run_finished(exc)
+        attempt: Attempt | None
+        for attempt in self._running:
+            if attempt is not None:
+                if attempt.timer is not None:
+                    attempt.timer.cancel()
+                if attempt.task is not None:
+                    attempt.task.cancel()
+                elif attempt.state == _CALLED and type(attempt.aw) is _CoroutineType:
+                    attempt.aw.close()
+        for handle in self._sleeps:
+            if handle is not None:
+                handle.cancel()
+
+    # ----------------------------------------------------------------- cancellation
+
+    def _caller_cancelled(self, exc: BaseException, shutdown: bool) -> None:
+        """The caller's task was cancelled while waiting for a phase."""
+        self._record.caller_cancelled(exc, shutdown)
+        if not shutdown:  # cleanup is never abandoned
+            self._request_abort()
+
+    def _request_abort(self) -> None:
+        """Abort the forward phase, once: pass one cancellation on to the forward task."""
+        if self._abort_requested:
+            return
+        self._abort_requested = True
+        task = self._phase_task
+        if not self._began or task is None or task.done():
+            return  # not begun: the coordinator sees the request and starts nothing
+        attempt = self._inline_attempt
+        if attempt is not None and attempt.timed_out:
+            return  # already cancelled once, by its timeout: aborted once it has drained
+        task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline

@@ -1,0 +1,95 @@
+"""The failure record of one run: which exception is the primary, which are secondary.
+
+Pure bookkeeping, no event loop: the rules of docs/lifecycle.md ("Failures: primary and
+secondary", "Cancellation") in one place, so they can be tested on their own
+(tests/test_failure_record.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+from .._failures import attach_failures, failure_group
+
+_TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+
+
+class FailureRecord:
+    """The primary failure of a run (what the caller gets) and the secondary ones.
+
+    The primary is raised as the same object, with the secondary ones attached; with no
+    primary, the secondary ones become an ``ExecutionError`` (or a ``BaseExceptionGroup``).
+    """
+
+    __slots__ = ("primary", "secondary")
+
+    def __init__(self) -> None:
+        self.primary: BaseException | None = None
+        self.secondary: list[BaseException] = []
+
+    @property
+    def clean(self) -> bool:
+        """Nothing failed (yet)."""
+        return self.primary is None and not self.secondary
+
+    def body_raised(self, exc: BaseException) -> None:
+        """The ``open()`` body raised: its exception is the primary (forward phase was clean
+        or the body would not have run)."""
+        self.primary = exc
+
+    def caller_cancelled(self, exc: BaseException, shutdown: bool) -> None:
+        """The caller's task was cancelled: the primary, absorbed, a secondary or a demotion.
+
+        The first cancellation becomes the primary; later ones are absorbed. During cleanup
+        a cancellation demotes an earlier primary (a body exception) to secondary, except
+        a process termination (``KeyboardInterrupt``/``SystemExit``), which stays primary.
+        """
+        primary = self.primary
+        if primary is None:
+            self.primary = exc
+        elif isinstance(primary, asyncio.CancelledError):
+            return
+        elif isinstance(primary, _TERMINATION) or not shutdown:
+            # In the forward phase any earlier primary is a termination (a caller
+            # exception can only arrive in the body, which runs after it).
+            self.secondary.append(exc)
+        else:
+            self.secondary.append(primary)
+            self.primary = exc
+
+    def terminate(self, exc: BaseException) -> None:
+        """A ``KeyboardInterrupt`` / ``SystemExit`` out of a node, release or observer: the
+        first one is the primary, whatever was there before (that becomes secondary)."""
+        primary = self.primary
+        if primary is None:
+            self.primary = exc
+        elif isinstance(primary, _TERMINATION):
+            self.secondary.append(exc)
+        else:
+            self.secondary.append(primary)
+            self.primary = exc
+
+    def failed(self, exc: BaseException) -> None:
+        """A node or release failed for good with ``exc``."""
+        if isinstance(exc, _TERMINATION):
+            self.terminate(exc)
+        else:
+            self.secondary.append(exc)
+
+    def outcome(self) -> BaseException | None:
+        """What the run raises: the primary with the secondary ones attached, else a group
+        of the secondary ones, else ``None``."""
+        primary = self.primary
+        if primary is not None:
+            if self.secondary:
+                attach_failures(primary, self.secondary)
+            return primary
+        if self.secondary:
+            return failure_group(self.secondary)
+        return None
+
+    def clear(self) -> None:
+        """Drop every reference (the run is over; its outcome has been taken)."""
+        self.primary = None
+        self.secondary = []

@@ -1,0 +1,64 @@
+"""What the plan hands the driver for each active node: how to call it and its release."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+TIMEOUT_MESSAGE: Final = "sdax_hamilton: the attempt timed out"
+"""The message of the cancellation that ends a timed-out attempt: node hooks wrapped around
+a call tell a timeout from other cancellations by it (docs/adapters.md)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseRuntime:
+    """How to run the release (shutdown function) of one owned node."""
+
+    origin: str
+    """``module.qualname`` of the release function, for notes and logs."""
+    call: Callable[[Any], Any]
+    """Called with one ``Acquisition``; an awaitable result is awaited; must return ``None``."""
+    retryable: tuple[type[BaseException], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRuntime:
+    """How to run one active node of a plan (``nodes[i]`` belongs to ``plan.nodes[i]``)."""
+
+    name: str
+    origin: str
+    """``module.qualname`` of the declaring function."""
+    call: Callable[..., Any]
+    """Called with keyword arguments; an awaitable result is awaited."""
+    args: tuple[tuple[str, str], ...]
+    """``(keyword, value-table key)`` pairs read from the run's values."""
+    defaults: Mapping[str, Any]
+    """``keyword -> default`` for keywords not in ``args``."""
+    input_checks: tuple[tuple[str, Callable[[Any], bool]], ...]
+    """``(keyword, predicate)``, checked once before attempt 0 (never retried)."""
+    output_check: Callable[[Any], bool] | None
+    """Checked after a successful attempt, outside the attempt loop (never re-runs the call)."""
+    retryable: tuple[type[BaseException], ...]
+    output_type: Any
+    """Declared output type, recorded in the node's ``Acquisition``."""
+    release: ReleaseRuntime | None
+    """Set on owned acquisitions."""
+
+
+def is_retryable(exc: BaseException, retryable: tuple[type[BaseException], ...]) -> bool:
+    """``isinstance`` against the set; an ``ExceptionGroup`` only if every leaf is.
+
+    Flattening descends ``ExceptionGroup`` only: any other ``BaseExceptionGroup`` is tested
+    as itself (docs/api.md, "execution").
+    """
+    if isinstance(exc, ExceptionGroup):
+        stack: list[BaseException] = [exc]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, ExceptionGroup):
+                stack.extend(item.exceptions)
+            elif not isinstance(item, retryable):
+                return False
+        return True
+    return isinstance(exc, retryable)

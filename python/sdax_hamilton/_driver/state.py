@@ -1,0 +1,130 @@
+"""What one run holds, shared by the driver's parts (attempts, outcomes, phases).
+
+The parts are layers of one object (``RunContext`` in ``phases.py`` derives from
+``OutcomeHandling`` in ``outcomes.py``, which derives from ``AttemptMechanics`` in
+``attempts.py``, which derives from ``RunState`` here): the hot path of a run (carry out a
+START, await the attempt, report its outcome, carry out the next START) crosses all three
+without an extra object or call in between. docs/internals.md describes the protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from .. import _core
+from .._declarations import Acquisition
+from .record import FailureRecord
+from .reporter import Reporter
+from .runtime import NodeRuntime
+
+if TYPE_CHECKING:
+    from .attempts import Attempt
+
+# Events queued for the coordinator by done-callbacks and timers: (kind, subject, payload).
+RETURNED: Final = 0  # (_, Attempt, value)
+RAISED: Final = 1  # (_, Attempt, exception)
+ELAPSED: Final = 2  # (_, job, None): a retry wait is over
+UNSTARTED: Final = 3  # (_, Attempt, None): cancelled before its awaitable was first awaited
+BAD_INPUT: Final = 4  # (_, Attempt, exception): the input check failed; nothing was called
+ABORT: Final = 5  # (_, None, None): an observer raised KeyboardInterrupt/SystemExit: stop
+
+Event = tuple[int, Any, Any]
+
+
+class RunState:
+    """The state of one run. Attributes only; behaviour lives in the subclasses."""
+
+    __slots__ = (
+        "_abort_requested",
+        "_acquisitions",
+        "_began",
+        "_entered",
+        "_events",
+        "_fresh",
+        "_inline_attempt",
+        "_inline_timer",
+        "_inline_when",
+        "_instant",
+        "_internal",
+        "_kwargs",
+        "_live",
+        "_loop",
+        "_n",
+        "_nodes",
+        "_observers",
+        "_outputs",
+        "_phase_done",
+        "_phase_over",
+        "_phase_task",
+        "_plan",
+        "_record",
+        "_reporter",
+        "_run",
+        "_running",
+        "_seed",
+        "_sleeps",
+        "_task",
+        "_values",
+        "_waiter",
+        "_watch",
+    )
+
+    # Set when the run is entered (``RunContext.__aenter__``).
+    _run: _core.Run
+    _loop: asyncio.AbstractEventLoop
+    _reporter: Reporter
+    _watch: bool  # the reporter wants every attempt (``Reporter.watching``)
+    _running: list[Attempt | None]  # per job: the attempt carried out now
+    _sleeps: list[asyncio.TimerHandle | None]  # per job: its retry wait
+    _kwargs: list[dict[str, Any] | None]  # per forward job: its arguments, read at attempt 0
+    _acquisitions: list[Acquisition[Any] | None]  # per owned forward job: what its release gets
+    _task: asyncio.Task[Any]  # the forward task, while it runs
+
+    def __init__(
+        self,
+        plan: _core.Plan,
+        nodes: Sequence[NodeRuntime],
+        values: dict[str, Any],
+        outputs: Sequence[str],
+        seed: int | None,
+        observers: Any,
+        instant: bool,
+    ) -> None:
+        self._plan = plan
+        self._nodes = nodes
+        self._values = values
+        self._outputs = outputs
+        self._seed = seed
+        self._observers = observers
+        self._instant = instant
+        self._entered = False
+        self._n = len(nodes)
+        self._record = FailureRecord()
+        # The coordinator's queue and its one wake-up future.
+        self._events: deque[Event] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._fresh: list[Attempt] = []  # started calls whose awaitables are not launched yet
+        self._live = 0  # attempt tasks not finished yet
+        # The one timer serving every inline attempt's timeout (see ``AttemptMechanics``).
+        self._inline_attempt: Attempt | None = None
+        self._inline_timer: asyncio.TimerHandle | None = None
+        self._inline_when = 0.0
+        # The phase task (forward, then shutdown) and the caller's wait for it.
+        self._phase_task: asyncio.Task[None] | None = None
+        self._phase_done: asyncio.Future[None] | None = None
+        self._phase_over = True
+        self._began = False  # the phase's coroutine has started running
+        self._abort_requested = False  # the forward phase is to be aborted (caller cancelled)
+        self._internal: BaseException | None = None  # an internal failure of a coordinator
+
+    def _post(self, event: Event) -> None:
+        """Queue an event for the coordinator and wake it."""
+        self._events.append(event)
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
