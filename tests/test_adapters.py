@@ -688,3 +688,39 @@ async def test_a_run_cancelled_in_a_pre_graph_hook_still_closes_the_graph_hooks(
     assert graph.LOG == []  # no node started
     (post,) = first.of("post_graph")
     assert post["success"] is False and isinstance(post["error"], asyncio.CancelledError)
+
+
+async def test_a_timeout_during_an_async_pre_node_hook_keeps_hooks_paired(
+    make_module: Any,
+) -> None:
+    """The attempt's timeout lands in a slow async pre-node hook: the function is not
+    called, every adapter sees the attempt start and end (with the TimeoutError), and the
+    retry runs normally."""
+    module = make_module(
+        """
+        from sdax_hamilton import execution
+
+        CALLS = []
+
+        @execution(timeout=0.05, retries=1, initial_delay=0.0)
+        async def guarded(x: int) -> int:
+            CALLS.append(x)
+            return x
+        """
+    )
+    slow_once: list[int] = []
+
+    class Slow(lifecycle_base.BasePreNodeExecuteAsync):
+        async def pre_node_execute(self, **kwargs: Any) -> None:
+            slow_once.append(1)
+            if len(slow_once) == 1:
+                await asyncio.sleep(30)
+
+    recorder = Recorder()
+    plan = Driver(module, adapters=[Slow(), recorder]).prepare(["guarded"])
+    assert await plan.execute(inputs={"x": 4}) == {"guarded": 4}
+    assert module.CALLS == [4]  # the first attempt never reached the function
+    before = recorder.of("pre_node")
+    after = recorder.of("post_node")
+    assert [c["attempt"] for c in before] == [c["attempt"] for c in after] == [1, 2]
+    assert type(after[0]["error"]) is TimeoutError and after[1]["success"] is True

@@ -559,15 +559,22 @@ class Adapters:
     def _before_sync(
         self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
     ) -> None:
+        interrupted: BaseException | None = None
         for hook in self.pre_node:
             try:
                 hook.call(**self._pre_arguments(hook, run_id, node, kwargs, attempt))
             except Exception as exc:
                 _log_hook_error(hook, exc, f" of node {node._name!r} (attempt {attempt})")
+            except BaseException as exc:
+                if interrupted is None:  # every adapter sees the start (and then the end)
+                    interrupted = exc
+        if interrupted is not None:
+            raise interrupted
 
     async def _before(
         self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
     ) -> None:
+        interrupted: BaseException | None = None
         for hook in self.pre_node:
             try:
                 outcome = hook.call(**self._pre_arguments(hook, run_id, node, kwargs, attempt))
@@ -575,6 +582,13 @@ class Adapters:
                     await outcome
             except Exception as exc:
                 _log_hook_error(hook, exc, f" of node {node._name!r} (attempt {attempt})")
+            except BaseException as exc:
+                # A cancellation (the attempt's timeout, say) or KeyboardInterrupt: the other
+                # adapters still see the start, so that each sees the end too.
+                if interrupted is None:
+                    interrupted = exc
+        if interrupted is not None:
+            raise interrupted
 
     def _after_sync(
         self,
