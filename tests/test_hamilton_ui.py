@@ -250,3 +250,31 @@ async def test_async_tracker_records_a_run_with_a_retry_and_a_release(
     assert statuses == {"connection": "SUCCESS", "fetch": "SUCCESS", "report": "SUCCESS"}
     errors = [a for a in nodes["fetch"]["attributes"] if a["type"] == "error"]
     assert "transient: retried" in "".join(errors[0]["value"]["stack_trace"])
+
+
+def test_a_server_that_cannot_start_fails_under_ci_with_its_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The harness reports the server's own output; CI turns that into a failure, a
+    developer machine into a skip with the reason."""
+    import socket
+
+    import test_hamilton_ui as this
+
+    if importlib.util.find_spec("hamilton_ui") is None:
+        _unavailable("hamilton_ui not installed")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        server = HamiltonUI(tmp_path / "ui", busy.getsockname()[1])
+        with pytest.raises(RuntimeError) as info:
+            server.start(timeout=120)
+    assert "already in use" in str(info.value)  # Django's own message, from the output
+    assert server.process is None or server.process.poll() is not None
+
+    monkeypatch.setattr(this, "IN_CI", True)
+    with pytest.raises(pytest.fail.Exception, match="unavailable under CI: port busy"):
+        this._unavailable("port busy")
+    monkeypatch.setattr(this, "IN_CI", False)
+    with pytest.raises(pytest.skip.Exception, match="unavailable: port busy"):
+        this._unavailable("port busy")
