@@ -220,3 +220,40 @@ def test_example_runs_with_a_progress_bar() -> None:
     assert "report: north=150.5, south=99.5" in done.stdout
     assert done.stdout.rstrip().endswith("connection closed")
     assert "guide graph -> Execution Complete!" in done.stderr
+
+
+async def test_opentelemetry_spans_of_generated_async_nodes_running_concurrently(
+    make_module: Any, tracing: Any
+) -> None:
+    """Nodes Hamilton generates around async functions (``@parameterize`` calls them through
+    a ``functools.partial``) run concurrently in tasks; each node's span is still a child of
+    the run's span, opened and closed where the node runs."""
+    from hamilton.plugins.h_opentelemetry import OpenTelemetryTracer
+
+    provider, exporter = tracing
+    tracer = provider.get_tracer("sdax-tests")
+    module = make_module(
+        """
+        import asyncio
+        from hamilton.function_modifiers import parameterize, value
+
+        @parameterize(**{f"p{i}": {"k": value(i)} for i in range(6)})
+        async def p(x: int, k: int) -> int:
+            await asyncio.sleep(0.01)
+            return x + k
+
+        def total(p0: int, p1: int, p2: int, p3: int, p4: int, p5: int) -> int:
+            return p0 + p1 + p2 + p3 + p4 + p5
+        """
+    )
+    plan = Driver(module, adapters=[OpenTelemetryTracer(tracer=tracer)]).prepare(["total"])
+    for _ in range(2):
+        assert await plan.execute(inputs={"x": 1}) == {"total": 21}
+    spans = exporter.get_finished_spans()
+    roots = [s for s in spans if s.parent is None]
+    assert len(roots) == 2
+    for root in roots:
+        children = [
+            s for s in spans if s.parent is not None and s.parent.span_id == root.context.span_id
+        ]
+        assert sorted(s.name for s in children) == [*(f"p{i}" for i in range(6)), "total"]

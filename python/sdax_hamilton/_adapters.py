@@ -34,7 +34,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextvars import ContextVar
-from types import CoroutineType, ModuleType
+from types import CoroutineType, FunctionType, ModuleType
 from typing import Any, Final
 
 from ._driver import TIMEOUT_MESSAGE, NodeRuntime
@@ -272,7 +272,13 @@ class _NodeCall:
         self._input_types = {key: value[0] for key, value in node.input_types.items()}
         self._tags: dict[str, Any] = node.tags
         self._type: Any = node.type
-        self._sync = adapters.sync_node_hooks and not inspect.iscoroutinefunction(call)
+        # Synchronous attempts only for plain functions that are not coroutine functions
+        # (a ``functools.partial`` or another callable may return a coroutine).
+        self._sync = (
+            adapters.sync_node_hooks
+            and type(call) is FunctionType
+            and not inspect.iscoroutinefunction(call)
+        )
 
     def __call__(self, **kwargs: Any) -> Any:
         state = _RUN.get()
@@ -289,7 +295,9 @@ class _NodeCall:
             adapters._after_sync(run_id, self, kwargs, attempt, False, exc, None)
             raise
         if type(result) is CoroutineType or inspect.isawaitable(result):
-            # A synchronous function returning an awaitable: the attempt ends when it does.
+            # A plain function returning an awaitable: this attempt ends when it does, and
+            # later attempts run as coroutines, hooks and all, where the awaitable runs.
+            self._sync = False
             return adapters._finish(run_id, self, kwargs, attempt, result)
         adapters._after_sync(run_id, self, kwargs, attempt, True, None, result)
         return result
