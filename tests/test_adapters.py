@@ -724,3 +724,17 @@ async def test_a_timeout_during_an_async_pre_node_hook_keeps_hooks_paired(
     after = recorder.of("post_node")
     assert [c["attempt"] for c in before] == [c["attempt"] for c in after] == [1, 2]
     assert type(after[0]["error"]) is TimeoutError and after[1]["success"] is True
+
+
+async def test_adapters_and_observers_see_the_same_attempts(graph: Any) -> None:
+    from sdax_hamilton import RunReport
+
+    recorder = Recorder()
+    report = RunReport()
+    plan = Driver(graph, adapters=[recorder]).prepare(["total"])
+    await plan.execute(inputs={"x": 1}, observer=report)
+    attempts = {name: node.attempts for name, node in report.nodes.items()}
+    hooked: dict[str, int] = {}
+    for call in recorder.of("post_node"):
+        hooked[call["node_name"]] = hooked.get(call["node_name"], 0) + 1
+    assert hooked == attempts == {"base": 1, "flaky": 2, "pool": 1, "total": 1}

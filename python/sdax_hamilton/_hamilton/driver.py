@@ -45,6 +45,10 @@ class Driver:
 
     The Driver is a snapshot: declarations are copied when it is built, so rebinding module
     attributes afterwards does not change it. Build another Driver to change declarations.
+
+    ``adapters``: Hamilton lifecycle adapters (progress bars, tracers, the Hamilton UI's
+    tracker); their hooks run around every run and every attempt of its plans, and those
+    that would replace execution or the result are refused (docs/adapters.md).
     """
 
     _nodes: dict[str, NodeSpec]
