@@ -9,18 +9,22 @@ check, the input/override value checks and the driver.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _core
 from ._driver import NodeRuntime, ReleaseRuntime, open_run
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
 from ._types import accepts, checker, compatible, describe, mismatch, validate_type
+
+if TYPE_CHECKING:
+    from ._adapters import Adapters
 
 Check = Callable[[Any], bool]
 
@@ -92,6 +96,8 @@ class _Program:
     """Active node specs, in ``plan.nodes`` order (for pictures and reports)."""
     replaced: Mapping[str, str]
     """Reached nodes that do not run: name -> ``"config"`` or ``"override"``."""
+    adapters: Adapters | None = None
+    """The Driver's Hamilton lifecycle adapters, if any (docs/adapters.md)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,14 +168,32 @@ class PreparedPlan:
         budget = None if timeout is None else _core.run_budget(timeout)
         values = self._values(inputs, overrides)
         program = self._program
-        return open_run(
-            program.plan,
-            program.runtimes,
-            values,
-            self.outputs,
-            seed=program.seed,
-            observer=observer,
-            timeout=budget,
+        adapters = program.adapters
+        if adapters is None:
+            return open_run(
+                program.plan,
+                program.runtimes,
+                values,
+                self.outputs,
+                seed=program.seed,
+                observer=observer,
+                timeout=budget,
+            )
+        return adapters.open(
+            functools.partial(
+                open_run,
+                program.plan,
+                program.runtimes,
+                values,
+                self.outputs,
+                seed=program.seed,
+                observer=observer,
+                timeout=budget,
+            ),
+            final_vars=self.outputs,
+            inputs=inputs or {},
+            overrides=overrides or {},
+            execution_path=program.plan.nodes,
         )
 
     def to_dot(self) -> str:
@@ -230,6 +254,7 @@ def build_plan(
     check_outputs: object = True,
     graph: _core.Graph | None = None,
     seed: int | None = None,
+    adapters: Adapters | None = None,
 ) -> PreparedPlan:
     """Validate a selection and compile it into a ``PreparedPlan`` (docs/api.md,
     "prepare")."""
@@ -262,6 +287,8 @@ def build_plan(
         check_outputs=check_outputs,
         seed=seed,
     )
+    if adapters is not None:  # node hooks around every call (docs/adapters.md)
+        program = replace(program, runtimes=adapters.wrap(program.runtimes), adapters=adapters)
     return PreparedPlan(
         outputs=outputs,
         required_inputs=MappingProxyType(required),

@@ -97,6 +97,9 @@ async def plans(module: types.ModuleType) -> None:
     async with plan.open(inputs={"dsn": "sqlite://"}) as values:
         assert_type(values, dict[str, Any])
     assert_type(plan.to_dot(), str)
+    hooked = Driver(module, adapters=[object()]).prepare(["fetch"])  # any adapter objects
+    assert_type(hooked, PreparedPlan)
+    Driver(module, adapters=None)
 
     seen: list[RunEvent] = []
     report = RunReport()

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from .. import _core
 from .._declarations import Acquisition
+from .runtime import TIMEOUT_MESSAGE
 from .state import BAD_INPUT, ELAPSED, RAISED, RETURNED, UNSTARTED, RunState
 
 _START: Final = _core.START
@@ -354,7 +355,7 @@ class AttemptMechanics(RunState):
         if self._abort_requested or task.cancelling() > attempt.baseline:
             return  # the caller's cancellation is already on its way into the attempt
         attempt.state = _TIMED_OUT
-        task.cancel()
+        task.cancel(TIMEOUT_MESSAGE)
         self._reporter.attempt_timed_out(
             attempt.job,
             attempt.number + 1,
@@ -377,7 +378,7 @@ class AttemptMechanics(RunState):
             attempt.timer = self._loop.call_later(rest, self._on_timeout, attempt)
             return
         attempt.state = _TIMED_OUT
-        task.cancel()
+        task.cancel(TIMEOUT_MESSAGE)
         self._reporter.attempt_timed_out(
             attempt.job,
             attempt.number + 1,

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
+
+TIMEOUT_MESSAGE: Final = "sdax_hamilton: the attempt timed out"
+"""The message of the cancellation that ends a timed-out attempt: node hooks wrapped around
+a call tell a timeout from other cancellations by it (docs/adapters.md)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
+from .._adapters import Adapters, check_adapters, pre_do_anything
 from .._spec import NodeSpec
 from .translator import translate
 from .version import check_hamilton_version
@@ -44,21 +45,42 @@ class Driver:
 
     The Driver is a snapshot: declarations are copied when it is built, so rebinding module
     attributes afterwards does not change it. Build another Driver to change declarations.
+
+    ``adapters``: Hamilton lifecycle adapters (progress bars, tracers, the Hamilton UI's
+    tracker); their hooks run around every run and every attempt of its plans, and those
+    that would replace execution or the result are refused (docs/adapters.md).
     """
 
     _nodes: dict[str, NodeSpec]
     _config: Mapping[str, Any]
 
-    def __init__(self, *modules: ModuleType, config: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        *modules: ModuleType,
+        config: Mapping[str, Any] | None = None,
+        adapters: Sequence[object] | None = None,
+    ) -> None:
         values = _config(config)
         check_hamilton_version()
-        self._nodes = translate(_modules(modules), values)
+        unique = _modules(modules)
+        # Hamilton lifecycle adapters (docs/adapters.md): checked first, build hooks run here.
+        accepted = check_adapters(adapters)
+        hamilton_nodes: dict[str, Any] | None = None
+        if accepted:
+            pre_do_anything(accepted)
+            hamilton_nodes = {}
+        self._nodes = translate(unique, values, hamilton_nodes)
         self._config = MappingProxyType(values)
         from .._plan import compile_graph
 
         # The core refuses what no plan could run (an owned node with forward retries),
         # so those errors surface here, when the Driver is built.
         self._graph: _core.Graph = compile_graph(self._nodes)
+        self._adapters = (
+            Adapters(accepted, hamilton_nodes, unique, values)
+            if accepted and hamilton_nodes is not None
+            else None
+        )
 
     def prepare(
         self,
@@ -80,4 +102,5 @@ class Driver:
             override_nodes=override_nodes,
             check_outputs=check_outputs,
             graph=self._graph,
+            adapters=self._adapters,
         )

@@ -14,8 +14,16 @@ from .provenance import Generated
 from .signatures import SignatureChecks
 
 
-def translate(modules: tuple[ModuleType, ...], config: Mapping[str, Any]) -> dict[str, NodeSpec]:
-    """Compile ``modules`` under ``config`` into the node table planning works on."""
+def translate(
+    modules: tuple[ModuleType, ...],
+    config: Mapping[str, Any],
+    hamilton_nodes: dict[str, Any] | None = None,
+) -> dict[str, NodeSpec]:
+    """Compile ``modules`` under ``config`` into the node table planning works on.
+
+    ``hamilton_nodes``, when given, receives Hamilton's own node for each name (lifecycle
+    adapters are shown a Hamilton graph of them, docs/adapters.md).
+    """
     found = discover(modules)
     checks = SignatureChecks()
     for fn in found.declarations:
@@ -31,6 +39,8 @@ def translate(modules: tuple[ModuleType, ...], config: Mapping[str, Any]) -> dic
 
     by_name = nodes.index(generated)
     del generated
+    if hamilton_nodes is not None:
+        hamilton_nodes.update((name, item.node) for name, item in by_name.items())
     nodes.hamilton_edge_check(by_name, config)
     placed = placement.place(found.declarations, by_name, checks)
     nodes.check_releases(by_name, placed)
