@@ -61,6 +61,7 @@ class Transaction:
     def __init__(self, connection: Session, handle: asyncpg.transaction.Transaction) -> None:
         self.connection = connection
         self.handle = handle
+        self.commit_sent = False
 
 
 async def transaction(connection: Session) -> Transaction:
@@ -71,14 +72,22 @@ async def transaction(connection: Session) -> Transaction:
 
 @shutdown(of=transaction, timeout=5.0)
 async def roll_back_unless_committed(acquired: Acquisition[Transaction]) -> None:
-    # No value: BEGIN failed or was cancelled; closing or returning the connection (its
+    # No value: BEGIN failed or was cancelled. Closing or returning the connection (its
     # own release, which runs after this one) ends whatever the server had started.
     if not acquired.is_valid:
         return
-    connection = acquired.value.connection
+    ended = acquired.value
+    # Committed, or the COMMIT was interrupted and its outcome is unknown (asyncpg then
+    # refuses a rollback): the connection's release ends the session's transaction, if any.
+    if ended.commit_sent:
+        return
+    try:
+        gone = ended.connection.is_closed()
+    except asyncpg.InterfaceError:  # a pool's proxy, detached by asyncpg when it closed
+        gone = True
     # A closed connection's session is gone, and the server rolled its transaction back.
-    if not connection.is_closed() and connection.is_in_transaction():
-        await acquired.value.handle.rollback()
+    if not gone and ended.connection.is_in_transaction():
+        await ended.handle.rollback()
 
 
 @execution(timeout=5.0)
@@ -93,6 +102,7 @@ async def entry(transaction: Transaction, entry_id: int, note: str) -> int:
 @execution(timeout=5.0)
 async def committed(transaction: Transaction, entry: int) -> int:
     """Commits the transaction (no retries: a lost COMMIT's outcome is unknown)."""
+    transaction.commit_sent = True
     await transaction.handle.commit()
     return entry
 

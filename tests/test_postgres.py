@@ -1,0 +1,575 @@
+"""The guide's graph (examples/pg_*.py) on a real PostgreSQL server, with faults injected.
+
+The module starts its own server (tests/postgres_server.py): loopback only, a free port, a
+temporary directory, stopped at the end. The campaign runs many requests concurrently while
+the server terminates their backends, a table lock makes queries slower than their attempt
+timeout, some writes hit a duplicate key or a trigger slower than the write's timeout, and
+the caller cancels some runs at random points. After every run the database is the judge:
+no session of that run remains (each run has its own ``application_name``), no session is
+idle in a transaction unless its run is still going, a run that returned has its row
+exactly once, and a run whose commit never started has none.
+
+CI runs a few hundred runs per connection source; ``SDAX_PG_RUNS=5000`` runs that many each.
+``SDAX_PG_SEED`` picks the fault schedule (default fixed, so CI replays the same one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from postgres_server import Server, ServerUnavailable, in_ci, start_server, unavailable
+
+try:
+    import asyncpg
+except ImportError:  # the test extra was not installed
+    if in_ci():
+        raise
+    pytest.skip("asyncpg is not installed (pip install '.[test]')", allow_module_level=True)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+
+import pg_connect
+import pg_graph
+import pg_pool
+
+from sdax_hamilton import Driver, ExecutionError, RunEvent, failures
+
+RUNS = int(os.environ.get("SDAX_PG_RUNS", "250"))
+SEED = int(os.environ.get("SDAX_PG_SEED", "20261201"))
+PREFIX = "sdaxpg"
+SLOW_WRITE = "slow-write"
+SLOW_READ = "slow-read"
+
+# The examples' table, as a view with fault hooks: the rows live in entries_data; a note
+# containing SLOW_WRITE makes its INSERT sleep past the write's 5 s attempt timeout, and
+# one containing SLOW_READ keeps the row's reads sleeping until 1.5 s after it was
+# written, so the read's first attempt (1 s timeout) times out and a retry finds it.
+TEST_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS entries_data (
+    id bigint PRIMARY KEY,
+    note text NOT NULL,
+    written_at timestamptz NOT NULL DEFAULT clock_timestamp()
+);
+CREATE OR REPLACE FUNCTION read_delay(note text, written_at timestamptz) RETURNS boolean
+LANGUAGE plpgsql STABLE COST 10000 AS $$  -- STABLE and costly: evaluated after id = $1
+BEGIN
+    IF note LIKE '%{SLOW_READ}%' THEN
+        PERFORM pg_sleep(greatest(0, extract(epoch FROM
+            written_at + interval '1.5 s' - clock_timestamp())));
+    END IF;
+    RETURN true;
+END $$;
+CREATE OR REPLACE VIEW entries AS
+    SELECT id, note FROM entries_data WHERE read_delay(note, written_at);
+CREATE OR REPLACE FUNCTION write_entry() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.note LIKE '%{SLOW_WRITE}%' THEN
+        PERFORM pg_sleep(8);
+    END IF;
+    INSERT INTO entries_data (id, note) VALUES (NEW.id, NEW.note);
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS write_entry ON entries;
+CREATE TRIGGER write_entry INSTEAD OF INSERT ON entries
+    FOR EACH ROW EXECUTE FUNCTION write_entry();
+INSERT INTO entries_data (id, note) VALUES (1, 'seed-1'), (2, 'seed-2'), (3, 'seed-3')
+ON CONFLICT DO NOTHING;
+{pg_graph.SCHEMA};  -- a no-op here: the view already has the name
+"""
+SEEDED_IDS = (1, 2, 3)  # writing one of these again is a duplicate key
+
+# What a run may legitimately fail with under the injected faults. Anything else (a
+# TypeError, an InvalidStateError, an asyncpg misuse error) is a bug the campaign reports.
+INJECTED_FAILURES: tuple[type[BaseException], ...] = (
+    asyncpg.UniqueViolationError,  # the duplicate key
+    TimeoutError,  # the slow write
+)
+
+
+def connection_lost(error: BaseException) -> bool:
+    """How asyncpg reports a connection whose backend the server terminated."""
+    if isinstance(error, pg_graph.RETRYABLE_CONNECTION_ERRORS):
+        return True  # mid-query: ConnectionDoesNotExistError, AdminShutdownError
+    if isinstance(error, asyncpg.InterfaceError):
+        return "connection is closed" in str(error)  # used after asyncpg saw the close
+    # Used after the server's FATAL message arrived but before the socket's close did:
+    # asyncpg is still consuming the error (its protocol state 2, ERROR_CONSUME).
+    return isinstance(error, asyncpg.exceptions.InternalClientError) and (
+        "another operation (2) is in progress" in str(error)
+    )
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    try:
+        started = start_server({"client_connection_check_interval": "100ms"})
+    except ServerUnavailable as error:
+        unavailable(error)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+@pytest.fixture(scope="module")
+def dsn(server: Server) -> str:
+    async def create() -> None:
+        connection = await asyncpg.connect(server.dsn)
+        try:
+            await connection.execute(TEST_SCHEMA)
+        finally:
+            await connection.close()
+
+    asyncio.run(create())
+    return server.dsn
+
+
+# ---------------------------------------------------------------- the database as judge
+
+
+class Judge:
+    """Queries the server about the sessions and rows of runs (its own small pool)."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+
+    @classmethod
+    async def open(cls, dsn: str) -> Judge:
+        pool = await asyncpg.create_pool(
+            dsn, min_size=1, max_size=4, server_settings={"application_name": f"{PREFIX}-judge"}
+        )
+        return cls(pool)
+
+    async def close(self) -> None:
+        await asyncio.wait_for(self.pool.close(), 30)
+
+    async def sessions(self, name: str) -> list[str]:
+        rows = await self.pool.fetch(
+            "SELECT coalesce(state, '?') AS state FROM pg_stat_activity "
+            "WHERE application_name = $1",
+            name,
+        )
+        return [row["state"] for row in rows]
+
+    async def sessions_gone(self, name: str, within: float = 10.0) -> tuple[list[str], float]:
+        """Waits (bounded) for the backends of a finished run to exit.
+
+        A backend leaves ``pg_stat_activity`` a moment after its client closed the socket
+        (or, while it sleeps in a query, at the server's next client check), so a session
+        still there after ``within`` seconds is one the run left behind.
+        """
+        started = time.monotonic()
+        while True:
+            states = await self.sessions(name)
+            waited = time.monotonic() - started
+            if not states or waited > within:
+                return states, waited
+            await asyncio.sleep(0.02)
+
+    async def rows(self, note: str) -> int:
+        return int(
+            await self.pool.fetchval("SELECT count(*) FROM entries_data WHERE note = $1", note)
+        )
+
+    async def idle_in_transaction(self) -> set[str]:
+        rows = await self.pool.fetch(
+            "SELECT application_name FROM pg_stat_activity "
+            "WHERE state LIKE 'idle in transaction%' "
+            "AND (application_name LIKE $1 OR application_name = $2)",
+            f"{PREFIX}-run-%",
+            f"{PREFIX}-pool",
+        )
+        return {row["application_name"] for row in rows}
+
+
+# ---------------------------------------------------------------- one run, observed
+
+
+@dataclass
+class Observed:
+    """What the package told the observer about one run."""
+
+    events: list[RunEvent] = field(default_factory=list)
+
+    def __call__(self, event: RunEvent) -> None:
+        self.events.append(event)
+
+    def started(self, node: str) -> bool:
+        return any(e.kind == "attempt_started" and e.node == node for e in self.events)
+
+    def count(self, kind: str, node: str | None = None) -> int:
+        return sum(1 for e in self.events if e.kind == kind and node in (None, e.node))
+
+    def release_problems(self, owned: tuple[str, ...]) -> list[str]:
+        """Each owned node that started was released exactly once, and the release ended."""
+        problems = []
+        for node in owned:
+            expected = 1 if self.started(node) else 0
+            began = self.count("release_started", node)
+            ended = sum(
+                self.count(kind, node)
+                for kind in ("release_succeeded", "release_failed", "release_timed_out")
+            )
+            if began != expected or ended != expected:
+                problems.append(f"{node}: {began} releases started, {ended} ended, not {expected}")
+        if self.count("run_started") and self.events[-1].kind != "run_finished":
+            problems.append(f"last event {self.events[-1].kind}, not run_finished")
+        return problems
+
+
+def leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for member in error.exceptions for leaf in leaves(member)]
+    return [error]
+
+
+@dataclass
+class RunPlan:
+    campaign: str
+    number: int
+    entry_id: int
+    duplicate: bool = False
+    slow_write: bool = False
+    slow_read: bool = False
+    cancel_after: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{PREFIX}-run-{self.campaign}-{self.number}"
+
+    @property
+    def note(self) -> str:
+        return " ".join([self.name] + [SLOW_WRITE] * self.slow_write + [SLOW_READ] * self.slow_read)
+
+
+@dataclass
+class RunResult:
+    plan: RunPlan
+    observed: Observed
+    value: dict[str, Any] | None = None
+    error: BaseException | None = None
+    cancelled: bool = False
+
+
+# ---------------------------------------------------------------- the campaign
+
+
+@dataclass
+class Tally:
+    runs: int = 0
+    returned: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    faults: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    ambiguous_commits: Counter[str] = field(default_factory=Counter)
+    longest_linger: float = 0.0
+    violations: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        return (
+            f"{self.runs} runs: {self.returned} returned, {self.failed} failed, "
+            f"{self.cancelled} cancelled; faults {dict(sorted(self.faults.items()))}; "
+            f"failure leaves {dict(sorted(self.errors.items()))}; commits started by runs "
+            f"that did not return {dict(self.ambiguous_commits)}; longest wait for a "
+            f"finished run's backend to exit {self.longest_linger:.2f} s"
+        )
+
+
+class Campaign:
+    def __init__(self, dsn: str, source: str, runs: int, concurrency: int, seed: int) -> None:
+        self.dsn = dsn
+        self.source = source
+        self.runs = runs
+        self.concurrency = concurrency
+        self.rng = random.Random(seed)
+        self.first_id = 1_000 + self.rng.randrange(1 << 40)  # apart from other campaigns
+        self.tally = Tally()
+        self.in_flight: set[str] = set()
+        self.started: set[str] = set()
+        self.finished: set[str] = set()
+        self.hit: Counter[str] = Counter()  # terminations per run name
+        self.pool: Any = None
+        self.pool_size = 0
+        self.stopping = asyncio.Event()
+        module = pg_connect if source == "connect" else pg_pool
+        self.plan = Driver(module, pg_graph).prepare(["stored_note"])
+        self.owned = (
+            ("connection", "transaction") if source == "connect" else ("lease", "transaction")
+        )
+
+    def draw(self, number: int) -> RunPlan:
+        rng = self.rng
+        plan = RunPlan(self.source, number, entry_id=self.first_id + number)
+        roll = rng.random()
+        if roll < 0.08:
+            plan.duplicate = True
+            plan.entry_id = rng.choice(SEEDED_IDS)
+        elif roll < 0.11:
+            plan.slow_write = True
+        elif roll < 0.2:
+            plan.slow_read = True
+        if rng.random() < 0.15:
+            plan.cancel_after = rng.uniform(0.0, 0.4)
+        return plan
+
+    async def run(self) -> Tally:
+        self.judge = await Judge.open(self.dsn)
+        if self.source == "pool":
+            self.pool_size = max(2, self.concurrency // 4)  # fewer than the concurrent runs
+            self.pool = await asyncpg.create_pool(
+                self.dsn,
+                min_size=1,
+                max_size=self.pool_size,
+                server_settings={"application_name": f"{PREFIX}-pool"},
+            )
+            self.tally.faults[f"pool of {self.pool_size} for {self.concurrency} runs"] = 1
+        injectors = [
+            asyncio.create_task(self.terminate_backends()),
+            asyncio.create_task(self.lock_table()),
+        ]
+        try:
+            numbers = iter(range(self.runs))
+            workers = [asyncio.create_task(self.worker(numbers)) for _ in range(self.concurrency)]
+            await asyncio.gather(*workers)
+        finally:
+            self.stopping.set()
+            await asyncio.gather(*injectors, return_exceptions=True)
+            if self.pool is not None:
+                await asyncio.wait_for(self.pool.close(), 30)
+            await self.final_checks()
+            await self.judge.close()
+        return self.tally
+
+    async def worker(self, numbers: Iterator[int]) -> None:
+        for number in numbers:
+            plan = self.draw(number)
+            result = await self.execute(plan)
+            await self.check(result)
+
+    async def execute(self, plan: RunPlan) -> RunResult:
+        observed = Observed()
+        inputs: dict[str, Any] = {
+            "dsn": self.dsn,
+            "application_name": plan.name,
+            "entry_id": plan.entry_id,
+            "note": plan.note,
+        }
+        if self.pool is not None:
+            inputs["pool"] = self.pool
+        result = RunResult(plan, observed)
+        self.started.add(plan.name)
+        self.in_flight.add(plan.name)
+        task = asyncio.create_task(self.plan.execute(inputs=inputs, observer=observed))
+        canceller = None
+        if plan.cancel_after is not None:
+            canceller = asyncio.get_running_loop().call_later(plan.cancel_after, task.cancel)
+        try:
+            result.value = await task
+        except asyncio.CancelledError as error:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():  # the campaign itself stops
+                raise
+            result.cancelled = True
+            result.error = error
+        except Exception as error:
+            result.error = error
+        finally:
+            if canceller is not None:
+                canceller.cancel()
+            self.in_flight.discard(plan.name)
+            self.finished.add(plan.name)
+        return result
+
+    async def check(self, result: RunResult) -> None:
+        plan, tally = result.plan, self.tally
+        tally.runs += 1
+        name = plan.name
+        problems = [f"package: {p}" for p in result.observed.release_problems(self.owned)]
+
+        # No session of the run remains.
+        states, waited = await self.judge.sessions_gone(name)
+        tally.longest_linger = max(tally.longest_linger, waited)
+        if states:
+            problems.append(f"sessions left after {waited:.1f} s: {states}")
+
+        # No session idle in a transaction unless its run is still going (the pool's own
+        # sessions never).
+        finished_before = set(self.finished)
+        idle = await self.judge.idle_in_transaction()
+        allowed = self.started - finished_before
+        problems += [
+            f"{other} idle in transaction after its run" for other in idle if other not in allowed
+        ]
+
+        rows = await self.judge.rows(plan.note)
+        commit_started = result.observed.started("committed")
+        if result.value is not None:
+            tally.returned += 1
+            if rows != 1:
+                problems.append(f"returned but has {rows} rows")
+            if result.value != {"stored_note": plan.note}:
+                problems.append(f"returned {result.value!r}")
+            if plan.duplicate or plan.slow_write:
+                problems.append("returned despite its injected write failure")
+        else:
+            if result.cancelled:
+                tally.cancelled += 1
+                tally.faults["caller cancellation landed"] += 1
+            else:
+                tally.failed += 1
+            if not commit_started and rows != 0:
+                problems.append(f"commit never started but {rows} rows")
+            if commit_started:
+                tally.ambiguous_commits[f"{rows} row"] += 1
+            if rows > 1:
+                problems.append(f"{rows} rows")
+            problems += self.judge_error(result)
+        if plan.duplicate:
+            tally.faults["duplicate key"] += 1
+        if plan.slow_write:
+            tally.faults["write slower than its timeout"] += 1
+        if plan.slow_read:
+            tally.faults["read slower than its timeout"] += 1
+            if (
+                result.value is not None
+                and not self.hit[name]  # a terminated reader may retry after the window
+                and result.observed.count("attempt_timed_out", "stored_note") < 1
+            ):
+                problems.append("slow read returned without a timed-out attempt")
+        tally.faults["read attempts over their timeout"] += result.observed.count(
+            "attempt_timed_out", "stored_note"
+        )
+        tally.faults["retries of the read"] += result.observed.count(
+            "retry_scheduled", "stored_note"
+        )
+        if problems:
+            trace = " ".join(
+                f"{e.kind}:{e.node}{':' + type(e.error).__name__ if e.error else ''}"
+                for e in result.observed.events
+            )
+            problems[-1] += f"\n    events: {trace}"
+        tally.violations += [f"{name} ({self.source}): {p}" for p in problems]
+
+    def judge_error(self, result: RunResult) -> list[str]:
+        """A failed run failed with the injected faults' exceptions, and the right ones."""
+        error, plan = result.error, result.plan
+        if error is None:
+            return ["neither returned nor raised"]
+        problems = []
+        found = leaves(error) if not result.cancelled else list(failures(error))
+        terminated = self.hit[plan.name]
+        if self.source == "pool":
+            # A pooled connection may be terminated while pg_stat_activity still shows its
+            # previous lessee's name, or while idle in the pool long before this run leased
+            # it: any termination so far may have been this run's.
+            terminated = sum(self.hit.values())
+        for leaf in found:
+            self.tally.errors[type(leaf).__name__] += 1
+            if isinstance(leaf, INJECTED_FAILURES) or (terminated and connection_lost(leaf)):
+                continue
+            problems.append(
+                f"unexpected {type(leaf).__name__}: {leaf} {getattr(leaf, '__notes__', [])}"
+                f" (backends of the run terminated: {self.hit[plan.name]})"
+            )
+        if result.cancelled:
+            return problems
+        if not isinstance(error, ExecutionError):
+            problems.append(f"raised {type(error).__name__}, not ExecutionError")
+            return problems
+        # The injected write failure is what the run reports, unless a backend it used (or
+        # a pooled one it may have leased) was terminated and failed it first.
+        kinds = {type(leaf) for leaf in found}
+        lost = terminated and all(connection_lost(leaf) for leaf in found)
+        if plan.duplicate and asyncpg.UniqueViolationError not in kinds and not lost:
+            problems.append(f"duplicate key run failed with {kinds}")
+        if plan.slow_write and TimeoutError not in kinds and not lost:
+            problems.append(f"slow write run failed with {kinds}")
+        return problems
+
+    async def terminate_backends(self) -> None:
+        """Now and then the server terminates one backend of a run (or an idle pooled one)."""
+        rng = random.Random(self.rng.random())
+        while not self.stopping.is_set():
+            await asyncio.sleep(rng.uniform(0.01, 0.06))
+            rows = await self.judge.pool.fetch(
+                "SELECT pid, application_name, coalesce(state, '?') AS state "
+                "FROM pg_stat_activity WHERE application_name LIKE $1 "
+                "OR application_name = $2",
+                f"{PREFIX}-run-%",
+                f"{PREFIX}-pool",
+            )
+            if not rows:
+                continue
+            victim = rng.choice(rows)
+            # Marked before the signal: the run may fail and be judged before this returns.
+            self.hit[victim["application_name"]] += 1
+            if await self.judge.pool.fetchval("SELECT pg_terminate_backend($1)", victim["pid"]):
+                who = "pooled idle" if victim["application_name"].endswith("-pool") else "run"
+                self.tally.faults[f"backend terminated ({who}, {victim['state']})"] += 1
+
+    async def lock_table(self) -> None:
+        """Now and then a lock holds every query on ``entries`` past the read's timeout."""
+        rng = random.Random(self.rng.random())
+        locker = await asyncpg.connect(
+            self.dsn, server_settings={"application_name": f"{PREFIX}-locker"}
+        )
+        try:
+            while not self.stopping.is_set():
+                await asyncio.sleep(rng.uniform(1.0, 3.0))
+                try:
+                    async with locker.transaction():
+                        await locker.execute("SET LOCAL lock_timeout = '300ms'")
+                        await locker.execute("LOCK TABLE entries IN ACCESS EXCLUSIVE MODE")
+                        await asyncio.sleep(1.5)
+                    self.tally.faults["table locked 1.5 s"] += 1
+                except asyncpg.LockNotAvailableError:
+                    pass  # a slow write held the table: try later
+        finally:
+            await locker.close()
+
+    async def final_checks(self) -> None:
+        leftovers = await self.judge.pool.fetch(
+            "SELECT application_name, state FROM pg_stat_activity "
+            "WHERE application_name LIKE $1 AND application_name <> $2",
+            f"{PREFIX}-%",
+            f"{PREFIX}-judge",
+        )
+        deadline = time.monotonic() + 10
+        while leftovers and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            leftovers = await self.judge.pool.fetch(
+                "SELECT application_name, state FROM pg_stat_activity "
+                "WHERE application_name LIKE $1 AND application_name <> $2",
+                f"{PREFIX}-%",
+                f"{PREFIX}-judge",
+            )
+        self.tally.violations += [f"after the campaign: {dict(row)} remains" for row in leftovers]
+        if await self.judge.idle_in_transaction():
+            self.tally.violations.append("a session idle in transaction after the campaign")
+
+
+@pytest.mark.parametrize("source", ["connect", "pool"])
+async def test_campaign_the_database_finds_nothing_left(dsn: str, source: str) -> None:
+    campaign = Campaign(dsn, source, runs=RUNS, concurrency=16, seed=SEED + len(source))
+    tally = await asyncio.wait_for(campaign.run(), timeout=60 + RUNS * 2)
+    print(f"\n{source}: {tally.summary()}")
+    assert not tally.violations, "\n".join(tally.violations[:40])
+    assert tally.runs == RUNS
+    # The faults really happened (a campaign that injected nothing proves nothing).
+    assert tally.returned > 0 and tally.failed > 0
+    assert tally.faults["duplicate key"] > 0
+    assert any(k.startswith("backend terminated (run") for k in tally.faults)
+    if RUNS >= 100:
+        assert tally.cancelled > 0
+        assert tally.faults["table locked 1.5 s"] > 0
