@@ -44,7 +44,7 @@ import pg_pool
 
 from sdax_hamilton import Driver, ExecutionError, RunEvent, failures
 
-RUNS = int(os.environ.get("SDAX_PG_RUNS", "250"))
+RUNS = int(os.environ.get("SDAX_PG_RUNS", "300"))
 SEED = int(os.environ.get("SDAX_PG_SEED", "20261201"))
 PREFIX = "sdaxpg"
 SLOW_WRITE = "slow-write"
@@ -573,3 +573,168 @@ async def test_campaign_the_database_finds_nothing_left(dsn: str, source: str) -
     if RUNS >= 100:
         assert tally.cancelled > 0
         assert tally.faults["table locked 1.5 s"] > 0
+
+
+# ---------------------------------------------------------------- one fault at a time
+
+
+def _plan(source: str) -> Any:
+    module = pg_connect if source == "connect" else pg_pool
+    return Driver(module, pg_graph).prepare(["stored_note"])
+
+
+_names = iter(range(1, 1_000_000))
+
+
+def _inputs(dsn: str, pool: Any, note_suffix: str = "", entry_id: int | None = None) -> Any:
+    number = next(_names)
+    name = f"{PREFIX}-one-{number}"
+    inputs: dict[str, Any] = {
+        "dsn": dsn,
+        "application_name": name,
+        "entry_id": entry_id if entry_id is not None else 10_000_000 + number,
+        "note": f"{name}{note_suffix}",
+    }
+    if pool is not None:
+        inputs["pool"] = pool
+    return inputs
+
+
+async def _source(dsn: str, source: str) -> Any:
+    if source == "connect":
+        return None
+    return await asyncpg.create_pool(
+        dsn, min_size=1, max_size=2, server_settings={"application_name": f"{PREFIX}-pool"}
+    )
+
+
+async def _wait_for_query(judge: Judge, name: str, starts_with: str) -> int:
+    """The pid of the run's backend once it is running a query starting with that text."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        pid = await judge.pool.fetchval(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1 "
+            "AND state = 'active' AND query LIKE $2",
+            name,
+            f"{starts_with}%",
+        )
+        if pid is not None:
+            return int(pid)
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{name} never ran {starts_with!r}")
+
+
+@pytest.mark.parametrize("source", ["connect", "pool"])
+async def test_a_run_commits_its_row_once_and_leaves_no_session(dsn: str, source: str) -> None:
+    judge, pool = await Judge.open(dsn), await _source(dsn, source)
+    try:
+        inputs, observed = _inputs(dsn, pool), Observed()
+        result = await _plan(source).execute(inputs=inputs, observer=observed)
+        assert result == {"stored_note": inputs["note"]}
+        assert await judge.rows(inputs["note"]) == 1
+        assert (await judge.sessions_gone(inputs["application_name"]))[0] == []
+        releases = [e.node for e in observed.events if e.kind == "release_succeeded"]
+        owner = "connection" if source == "connect" else "lease"
+        assert releases == ["transaction", owner]  # the transaction ends first
+    finally:
+        if pool is not None:
+            await pool.close()
+        await judge.close()
+
+
+async def test_a_reader_the_server_terminates_is_retried(dsn: str) -> None:
+    judge = await Judge.open(dsn)
+    try:
+        inputs, observed = _inputs(dsn, None, f" {SLOW_READ}"), Observed()
+        run = asyncio.create_task(_plan("connect").execute(inputs=inputs, observer=observed))
+        pid = await _wait_for_query(judge, inputs["application_name"], "SELECT note")
+        assert await judge.pool.fetchval("SELECT pg_terminate_backend($1)", pid)
+        assert await run == {"stored_note": inputs["note"]}
+        failed = [e.error for e in observed.events if e.kind == "attempt_failed"]
+        assert failed and all(e.node == "stored_note" for e in observed.events if e.error)
+        assert isinstance(failed[0], asyncpg.PostgresConnectionError | asyncpg.AdminShutdownError)
+        assert await judge.rows(inputs["note"]) == 1
+        assert (await judge.sessions_gone(inputs["application_name"]))[0] == []
+    finally:
+        await judge.close()
+
+
+@pytest.mark.parametrize("source", ["connect", "pool"])
+async def test_a_duplicate_key_fails_the_run_once_and_rolls_back(dsn: str, source: str) -> None:
+    judge, pool = await Judge.open(dsn), await _source(dsn, source)
+    try:
+        inputs, observed = _inputs(dsn, pool, entry_id=SEEDED_IDS[0]), Observed()
+        with pytest.raises(ExecutionError) as raised:
+            await _plan(source).execute(inputs=inputs, observer=observed)
+        [leaf] = leaves(raised.value)
+        assert isinstance(leaf, asyncpg.UniqueViolationError)
+        assert observed.count("attempt_started", "entry") == 1
+        assert not observed.started("committed")
+        assert observed.count("release_succeeded") == 2
+        assert await judge.rows(inputs["note"]) == 0
+        assert (await judge.sessions_gone(inputs["application_name"]))[0] == []
+        assert await judge.idle_in_transaction() == set()
+    finally:
+        if pool is not None:
+            await pool.close()
+        await judge.close()
+
+
+@pytest.mark.parametrize("source", ["connect", "pool"])
+async def test_a_caller_cancelling_a_slow_write_leaves_no_row_and_no_session(
+    dsn: str, source: str
+) -> None:
+    judge, pool = await Judge.open(dsn), await _source(dsn, source)
+    try:
+        inputs, observed = _inputs(dsn, pool, f" {SLOW_WRITE}"), Observed()
+        run = asyncio.create_task(_plan(source).execute(inputs=inputs, observer=observed))
+        await _wait_for_query(judge, inputs["application_name"], "INSERT INTO entries")
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        assert observed.count("attempt_cancelled", "entry") == 1
+        assert observed.count("release_succeeded") == 2
+        assert await judge.rows(inputs["note"]) == 0
+        assert (await judge.sessions_gone(inputs["application_name"], within=5.0))[0] == []
+        assert await judge.idle_in_transaction() == set()
+    finally:
+        if pool is not None:
+            await pool.close()
+        await judge.close()
+
+
+async def test_runs_queue_for_a_pool_smaller_than_their_number(dsn: str) -> None:
+    judge, pool = await Judge.open(dsn), await _source(dsn, "pool")  # max_size=2
+    try:
+        plan = _plan("pool")
+        runs = [_inputs(dsn, pool) for _ in range(10)]
+        results = await asyncio.gather(*(plan.execute(inputs=inputs) for inputs in runs))
+        assert results == [{"stored_note": inputs["note"]} for inputs in runs]
+        for inputs in runs:
+            assert await judge.rows(inputs["note"]) == 1
+            assert (await judge.sessions_gone(inputs["application_name"]))[0] == []
+        assert pool.get_size() <= 2
+    finally:
+        await pool.close()
+        await judge.close()
+
+
+def test_a_server_that_cannot_start_fails_under_ci_with_its_log_and_skips_elsewhere() -> None:
+    try:
+        server = start_server({"no_such_setting_for_this_test": "1"})
+    except ServerUnavailable as error:
+        failed = error
+    else:
+        server.stop()
+        raise AssertionError("the server started with an unknown setting")
+    if "no_such_setting_for_this_test" not in failed.log:  # binaries missing: no log
+        unavailable(failed)
+    with pytest.raises(pytest.fail.Exception) as in_ci_run:
+        unavailable(failed, {"CI": "true"})
+    assert 'unrecognized configuration parameter "no_such_setting_for_this_test"' in str(
+        in_ci_run.value
+    )
+    with pytest.raises(pytest.skip.Exception) as elsewhere:
+        unavailable(failed, {})
+    assert "could not be started" in str(elsewhere.value)
+    assert "no_such_setting_for_this_test" not in str(elsewhere.value)  # the reason only
