@@ -738,3 +738,36 @@ def test_a_server_that_cannot_start_fails_under_ci_with_its_log_and_skips_elsewh
         unavailable(failed, {})
     assert "could not be started" in str(elsewhere.value)
     assert "no_such_setting_for_this_test" not in str(elsewhere.value)  # the reason only
+
+
+def test_the_example_program_runs_against_the_server(dsn: str) -> None:
+    import subprocess
+
+    program = Path(__file__).resolve().parent.parent / "examples" / "postgres.py"
+    ran = subprocess.run(
+        [sys.executable, str(program), dsn], capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr
+    lines = ran.stdout.splitlines()
+    assert lines[0].startswith("pooled runs read back: ['request ")
+    assert lines[0].count("request") == 5
+    assert lines[1:] == [
+        "duplicate: UniqueViolationError",
+        lines[2],  # the pool's size depends on timing; at most its max_size
+        "dedicated run read back: on a connection of its own",
+    ]
+    size, idle = (int(word) for word in lines[2].split() if word.isdigit())
+    assert 1 <= size <= 2 and idle == size  # every leased connection came back
+
+    async def sessions() -> list[str]:
+        judge = await Judge.open(dsn)
+        try:
+            rows = await judge.pool.fetch(
+                "SELECT application_name FROM pg_stat_activity WHERE application_name LIKE $1",
+                "example-%",
+            )
+            return [row["application_name"] for row in rows]
+        finally:
+            await judge.close()
+
+    assert asyncio.run(sessions()) == []
