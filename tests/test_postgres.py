@@ -259,6 +259,7 @@ class RunResult:
     value: dict[str, Any] | None = None
     error: BaseException | None = None
     cancelled: bool = False
+    cancel_delivered: bool = False
 
 
 # ---------------------------------------------------------------- the campaign
@@ -373,7 +374,11 @@ class Campaign:
         task = asyncio.create_task(self.plan.execute(inputs=inputs, observer=observed))
         canceller = None
         if plan.cancel_after is not None:
-            canceller = asyncio.get_running_loop().call_later(plan.cancel_after, task.cancel)
+
+            def cancel() -> None:
+                result.cancel_delivered = task.cancel()  # False once the run is over
+
+            canceller = asyncio.get_running_loop().call_later(plan.cancel_after, cancel)
         try:
             result.value = await task
         except asyncio.CancelledError as error:
@@ -411,6 +416,10 @@ class Campaign:
         problems += [
             f"{other} idle in transaction after its run" for other in idle if other not in allowed
         ]
+
+        if result.cancel_delivered and not result.cancelled:
+            # The caller's cancellation stays the primary outcome (README "Failures").
+            problems.append(f"cancelled mid-run but ended with {result.value or result.error!r}")
 
         rows = await self.judge.rows(plan.note)
         commit_started = result.observed.started("committed")
