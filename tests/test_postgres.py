@@ -780,3 +780,17 @@ def test_the_example_program_runs_against_the_server(dsn: str) -> None:
             await judge.close()
 
     assert asyncio.run(sessions()) == []
+
+
+def test_the_guide_page_shows_the_examples_verbatim() -> None:
+    """docs/postgres.md's code blocks are excerpts of the examples this module runs."""
+    root = Path(__file__).resolve().parent.parent
+    page = (root / "docs" / "postgres.md").read_text(encoding="utf-8")
+    sources = "\n".join(
+        path.read_text(encoding="utf-8") for path in sorted((root / "examples").glob("*.py"))
+    )
+    blocks = page.split("```python no-run\n")[1:]
+    assert len(blocks) >= 6
+    for block in blocks:
+        excerpt = block.split("```", 1)[0]
+        assert excerpt in sources, f"not in examples/: {excerpt[:200]!r}"
