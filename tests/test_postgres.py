@@ -104,8 +104,11 @@ def connection_lost(error: BaseException) -> bool:
         return "connection is closed" in str(error)  # used after asyncpg saw the close
     # Used after the server's FATAL message arrived but before the socket's close did:
     # asyncpg is still consuming the error (its protocol state 2, ERROR_CONSUME).
+    # Or Pool.release() racing asyncpg's own cleanup of a connection the server closed,
+    # which had already given the holder back ("called on a free connection holder").
     return isinstance(error, asyncpg.exceptions.InternalClientError) and (
         "another operation (2) is in progress" in str(error)
+        or "called on a free connection holder" in str(error)
     )
 
 
