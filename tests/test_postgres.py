@@ -328,6 +328,7 @@ class Campaign:
         return plan
 
     async def run(self) -> Tally:
+        before = asyncio.all_tasks()
         self.judge = await Judge.open(self.dsn)
         if self.source == "pool":
             self.pool_size = max(2, self.concurrency // 4)  # fewer than the concurrent runs
@@ -353,6 +354,10 @@ class Campaign:
                 await asyncio.wait_for(self.pool.close(), 30)
             await self.final_checks()
             await self.judge.close()
+        # Nothing of any run is still running in the background.
+        await asyncio.sleep(0.1)
+        leftover = asyncio.all_tasks() - before
+        self.tally.violations += [f"task still running after the campaign: {t!r}" for t in leftover]
         return self.tally
 
     async def worker(self, numbers: Iterator[int]) -> None:
