@@ -2,9 +2,10 @@
 
 The module starts its own server (tests/postgres_server.py): loopback only, a free port, a
 temporary directory, stopped at the end. The campaign runs many requests concurrently while
-the server terminates their backends, a table lock makes queries slower than their attempt
-timeout, some writes hit a duplicate key or a trigger slower than the write's timeout, and
-the caller cancels some runs at random points. After every run the database is the judge:
+the server terminates their backends, some reads and writes sleep (pg_sleep) past their
+attempt timeout, some writes hit a duplicate key, a table lock now and then holds every
+query, the caller cancels some runs at random points, and (for the pool) runs outnumber
+the pool's connections. After every run the database is the judge:
 no session of that run remains (each run has its own ``application_name``), no session is
 idle in a transaction unless its run is still going, a run that returned has its row
 exactly once, and a run whose commit never started has none.
