@@ -803,3 +803,32 @@ def test_the_guide_page_shows_the_examples_verbatim() -> None:
     for block in blocks:
         excerpt = block.split("```", 1)[0]
         assert excerpt in sources, f"not in examples/: {excerpt[:200]!r}"
+
+
+async def test_a_close_that_hangs_is_dropped_and_the_session_ends(dsn: str) -> None:
+    """The connection's release terminates the connection when its polite close fails."""
+    import signal
+
+    judge = await Judge.open(dsn)
+    plan = Driver(pg_connect, pg_graph).prepare(["connection", "committed"])
+    inputs, observed = _inputs(dsn, None), Observed()
+    inputs.pop("pool", None)
+    stopped = 0
+    try:
+        with pytest.raises(ExecutionError) as raised:
+            async with plan.open(inputs=inputs, observer=observed) as values:
+                stopped = values["connection"].get_server_pid()
+                os.kill(stopped, signal.SIGSTOP)  # the backend stops answering: close hangs
+        [leaf] = leaves(raised.value)
+        assert isinstance(leaf, TimeoutError)  # close(timeout=2.0) gave up
+        assert "release of 'connection'" in " ".join(getattr(leaf, "__notes__", []))
+        assert observed.count("release_failed", "connection") == 1
+        os.kill(stopped, signal.SIGCONT)
+        stopped = 0
+        # The client dropped the socket: the resumed backend finds it gone and exits.
+        assert (await judge.sessions_gone(inputs["application_name"]))[0] == []
+        assert await judge.rows(inputs["note"]) == 1  # committed before the release
+    finally:
+        if stopped:
+            os.kill(stopped, signal.SIGCONT)
+        await judge.close()
