@@ -246,6 +246,10 @@ class RunPlan:
     slow_write: bool = False
     slow_read: bool = False
     cancel_after: float | None = None
+    cancel_again_after: float | None = None  # a second cancellation, during the cleanup
+    through_open: bool = False  # ``async with plan.open()`` with a body, not execute()
+    body_seconds: float = 0.0
+    body_fails: bool = False
 
     @property
     def name(self) -> str:
@@ -264,6 +268,11 @@ class RunResult:
     error: BaseException | None = None
     cancelled: bool = False
     cancel_delivered: bool = False
+    body_reached: bool = False
+
+
+class BodyFailure(Exception):
+    """Raised by the ``open()`` body of some runs: the run's primary failure."""
 
 
 # ---------------------------------------------------------------- the campaign
@@ -326,6 +335,12 @@ class Campaign:
             plan.slow_read = True
         if rng.random() < 0.15:
             plan.cancel_after = rng.uniform(0.0, 0.4)
+            if rng.random() < 0.3:
+                plan.cancel_again_after = rng.uniform(0.0, 0.1)
+        if rng.random() < 0.3:
+            plan.through_open = True
+            plan.body_seconds = rng.uniform(0.0, 0.05)
+            plan.body_fails = rng.random() < 0.3
         return plan
 
     async def run(self) -> Tally:
@@ -380,14 +395,20 @@ class Campaign:
         result = RunResult(plan, observed)
         self.started.add(plan.name)
         self.in_flight.add(plan.name)
-        task = asyncio.create_task(self.plan.execute(inputs=inputs, observer=observed))
+        if plan.through_open:
+            task = asyncio.create_task(self.open_with_body(inputs, result))
+        else:
+            task = asyncio.create_task(self.plan.execute(inputs=inputs, observer=observed))
         canceller = None
         if plan.cancel_after is not None:
+            loop = asyncio.get_running_loop()
 
             def cancel() -> None:
                 result.cancel_delivered = task.cancel()  # False once the run is over
+                if result.cancel_delivered and plan.cancel_again_after is not None:
+                    loop.call_later(plan.cancel_again_after, task.cancel)
 
-            canceller = asyncio.get_running_loop().call_later(plan.cancel_after, cancel)
+            canceller = loop.call_later(plan.cancel_after, cancel)
         try:
             result.value = await task
         except asyncio.CancelledError as error:
@@ -404,6 +425,14 @@ class Campaign:
             self.in_flight.discard(plan.name)
             self.finished.add(plan.name)
         return result
+
+    async def open_with_body(self, inputs: dict[str, Any], result: RunResult) -> dict[str, Any]:
+        async with self.plan.open(inputs=inputs, observer=result.observed) as values:
+            result.body_reached = True
+            await asyncio.sleep(result.plan.body_seconds)
+            if result.plan.body_fails:
+                raise BodyFailure(result.plan.name)
+            return {"stored_note": values["stored_note"]}
 
     async def check(self, result: RunResult) -> None:
         plan, tally = result.plan, self.tally
@@ -432,6 +461,8 @@ class Campaign:
 
         rows = await self.judge.rows(plan.note)
         commit_started = result.observed.started("committed")
+        if result.body_reached and rows != 1:  # the forward phase, commit included, was over
+            problems.append(f"the open() body ran but {rows} rows")
         if result.value is not None:
             tally.returned += 1
             if rows != 1:
@@ -453,6 +484,10 @@ class Campaign:
             if rows > 1:
                 problems.append(f"{rows} rows")
             problems += self.judge_error(result)
+        if plan.through_open:
+            tally.faults["open() body failed" if plan.body_fails else "open() body"] += 1
+        if result.cancel_delivered and plan.cancel_again_after is not None:
+            tally.faults["second cancellation scheduled"] += 1
         if plan.duplicate:
             tally.faults["duplicate key"] += 1
         if plan.slow_write:
@@ -485,7 +520,8 @@ class Campaign:
         if error is None:
             return ["neither returned nor raised"]
         problems = []
-        found = leaves(error) if not result.cancelled else list(failures(error))
+        primary = result.cancelled or isinstance(error, BodyFailure)
+        found = list(failures(error)) if primary else leaves(error)
         terminated = self.hit[plan.name]
         if self.source == "pool":
             # A pooled connection may be terminated while pg_stat_activity still shows its
@@ -501,6 +537,10 @@ class Campaign:
                 f" (backends of the run terminated: {self.hit[plan.name]})"
             )
         if result.cancelled:
+            return problems
+        if plan.body_fails and result.body_reached:
+            if not isinstance(error, BodyFailure):  # the body's failure stays the primary
+                problems.append(f"the body failed but the run raised {error!r}")
             return problems
         if not isinstance(error, ExecutionError):
             problems.append(f"raised {type(error).__name__}, not ExecutionError")
