@@ -42,4 +42,5 @@ async def return_to_pool(acquired: Acquisition[Lease]) -> None:
 
 
 def connection(lease: Lease) -> PooledConnection:
+    """The leased connection, for pg_graph's nodes (the lease stays owned and released)."""
     return lease.connection
