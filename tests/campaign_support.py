@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import loop_support
 from hypothesis import strategies as st
 
 from sdax_hamilton import (
@@ -809,7 +810,8 @@ def run_scenario(compiled: Compiled, runs: int = 1, concurrent: int = 1) -> list
 
     with warnings.catch_warnings(record=True) as caught, capture_package_logs() as logs:
         warnings.simplefilter("always")
-        states = asyncio.run(main())
+        states = loop_support.run(main())
+        loop_support.campaign_runs += len(states)
         gc.collect()
     for state in states:
         state.log_messages = logs.messages
