@@ -36,6 +36,10 @@ if command -v pyenv >/dev/null 2>&1; then
     while read -r version; do
         candidates+=("$root/versions/$version/bin/python")
     done < <(pyenv versions --bare 2>/dev/null | grep -E '^3\.[0-9]+\.[0-9]+$' || true)
+else  # pyenv's versions even when pyenv itself is not on PATH
+    for python in "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python; do
+        candidates+=("$python")
+    done
 fi
 for minor in 11 12 13 14 15; do
     path="$(command -v "python3.$minor" 2>/dev/null || true)"
