@@ -25,6 +25,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    terminalreporter.write_line(loop_support.describe())  # again: ``pytest -q`` has no header
     terminalreporter.write_line(
         f"campaign runs: {loop_support.campaign_runs} (SDAX_TEST_LOOP={loop_support.NAME})"
     )
