@@ -391,6 +391,7 @@ class RunState:
         self.attempts: dict[tuple[str, int], list[AttemptRec]] = {}
         self.cancels: list[CancelRec] = []
         self.caller: asyncio.Task[None] | None = None
+        self.timers: list[asyncio.TimerHandle] = []
         self.body: AttemptRec | None = None
         self.body_values: dict[str, Any] | None = None
         self.outcome: BaseException | None = None
@@ -722,6 +723,12 @@ def compile_scenario(scenario: Scenario) -> Compiled:
 
 async def _caller(compiled: Compiled, state: RunState) -> None:
     plan = compiled.plan
+    # Timed cancellations count from the caller's first step, so they are armed here and not
+    # when the task is created: uvloop may run a timer that is already due before a new
+    # task's first step, cancelling a caller that never ran.
+    state.caller = asyncio.current_task()
+    delays = [delay for delay in compiled.scenario.cancel_at if delay >= 0]
+    state.timers = [state.cancel_later(delay) for delay in delays]
     if PENDING in compiled.scenario.cancel_at:
         # a cancellation already requested when the run starts (the task cancels itself)
         rec = CancelRec(msg=f"caller-cancel-{len(state.cancels)}", issuer="pending at entry")
@@ -755,19 +762,18 @@ async def run_once(compiled: Compiled, concurrent: int = 1) -> list[RunState]:
     before = asyncio.all_tasks()
     states: list[RunState] = []
     tasks: list[asyncio.Task[None]] = []
-    timers: list[asyncio.TimerHandle] = []
     for _ in range(concurrent):
         state = RunState(compiled.scenario)
         context = contextvars.copy_context()
         context.run(CURRENT_RUN.set, state)
         task = loop.create_task(_caller(compiled, state), context=context)
         state.caller = task
-        timers += [state.cancel_later(delay) for delay in compiled.scenario.cancel_at if delay >= 0]
         states.append(state)
         tasks.append(task)
     await asyncio.wait(tasks)
-    for timer in timers:
-        timer.cancel()
+    for state in states:
+        for timer in state.timers:
+            timer.cancel()
     leftover = [t for t in asyncio.all_tasks() - before if not t.done()]
     if leftover:
         states[0].problems.append(f"tasks left pending after the run: {leftover!r}")
