@@ -1370,8 +1370,13 @@ def _check_note(exc: BaseException, attached: Sequence[BaseException], errors: l
         errors.append("the failures() note was added more than once")
 
 
-def _names_in_notes(leaf: BaseException, idx: int) -> bool:
-    return any(names_node(note, idx) for note in getattr(leaf, "__notes__", None) or [])
+def _names_in_notes(leaf: BaseException, idx: int, role: str | None = None) -> bool:
+    """A note of ``leaf`` names node ``idx`` (as the failure of ``role``, when given:
+    "release of 'n001' failed ..." for a release, "node 'n001' failed ..." for a node)."""
+    return any(
+        names_node(note, idx) and (role is None or ("release of " in note) == (role == "release"))
+        for note in getattr(leaf, "__notes__", None) or []
+    )
 
 
 def _match(leaf: BaseException, expects: list[Expect], raised_ids: set[int]) -> bool:
@@ -1392,7 +1397,8 @@ def _match(leaf: BaseException, expects: list[Expect], raised_ids: set[int]) -> 
             continue
         idx = expect.idx
         if expect.kind == "timeout":
-            if type(leaf) is TimeoutError and _names_in_notes(leaf, idx):
+            # a node's and its release's timeouts both name the node: the note's role decides
+            if type(leaf) is TimeoutError and _names_in_notes(leaf, idx, expect.role):
                 expect.matched = True
                 expect.leaf = leaf
                 return True
