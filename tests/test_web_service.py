@@ -33,7 +33,15 @@ sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 sock.bind(("127.0.0.1", 0))
 sock.listen(128)
 print(sock.getsockname()[1], flush=True)
-config = uvicorn.Config("web_service:app", loop="none", lifespan="on", log_level="warning")
+config = uvicorn.Config(
+    "web_service:app",
+    loop="none",  # loop_support.run makes the loop
+    lifespan="on",
+    log_level="warning",
+    # idle keep-alive connections stay open for the whole test: a server closing one just as
+    # the client reuses it would fail a request for a reason not the service's
+    timeout_keep_alive=300,
+)
 try:
     loop_support.run(uvicorn.Server(config).serve(sockets=[sock]))
 except KeyboardInterrupt:  # uvicorn passes the SIGINT on once it has shut down, as uvicorn.run
