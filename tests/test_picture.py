@@ -108,3 +108,19 @@ def test_visualize_names_what_is_missing(
     plan = Driver(make_module(GRAPH)).prepare(["query"])
     with pytest.raises(ImportError, match="pip install graphviz"):
         plan.visualize(tmp_path / "plan.png")
+
+
+def test_without_dot_the_rendering_test_skips_with_its_reason_but_fails_under_ci(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty directory: no `dot` on PATH
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(pytest.skip.Exception, match="Graphviz's `dot` program is not on PATH"):
+        require_dot()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI=true: Graphviz's `dot`"):
+        require_dot()
+    fake_dot = tmp_path / "dot"
+    fake_dot.write_text("#!/bin/sh\n")
+    fake_dot.chmod(0o755)
+    require_dot()  # found on PATH: neither skips nor fails
