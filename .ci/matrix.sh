@@ -75,7 +75,8 @@ setup() {
     local venv="$work/venv-$minor"
     "$python" -m venv "$venv" &&
         "$venv/bin/python" -m pip install -q --upgrade pip &&
-        "$venv/bin/python" -m pip install -q "$wheel[test]"
+        "$venv/bin/python" -m pip install -q "$wheel[test]" &&
+        "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$wheel"  # this very wheel
 }
 declare -A setup_pid=()
 for minor in "${minors[@]}"; do
@@ -108,11 +109,17 @@ run_cell() {
     mkdir -p "$dir"
     cd "$dir"  # away from the source tree: only the installed wheel can be imported
     local start=$SECONDS rc=0
-    SDAX_TEST_LOOP="$loop" "$work/venv-$minor/bin/python" -m pytest -q -p no:cacheprovider \
+    SDAX_TEST_LOOP="$loop" "$work/venv-$minor/bin/python" -m pytest -p no:cacheprovider \
         --rootdir "$src" -c "$src/pyproject.toml" --junitxml "$dir/junit.xml" "$src/tests" \
         >"$dir/log" 2>&1 || rc=$?
+    # The wheel, not a source tree, must have been tested (the header names the import).
+    if ! grep -q '^sdax_hamilton imported from .*/site-packages/' "$dir/log"; then
+        echo "matrix: CPython $minor x $loop did not import the installed wheel" >>"$dir/log"
+        [ "$rc" = 0 ] && rc=1
+    fi
     echo "$rc $((SECONDS - start))" >"$dir/status"
-    echo "matrix: cell CPython $minor x $loop finished: exit $rc in $((SECONDS - start)) s"
+    echo "matrix: cell CPython $minor x $loop finished: exit $rc in $((SECONDS - start)) s;" \
+        "$(grep -m 1 '^event loop (SDAX_TEST_LOOP=' "$dir/log" || echo 'no loop line')"
 }
 export -f run_cell
 export work src
