@@ -32,6 +32,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import loop_support
 from hypothesis import strategies as st
 
 from sdax_hamilton import (
@@ -390,6 +391,7 @@ class RunState:
         self.attempts: dict[tuple[str, int], list[AttemptRec]] = {}
         self.cancels: list[CancelRec] = []
         self.caller: asyncio.Task[None] | None = None
+        self.timers: list[asyncio.TimerHandle] = []
         self.body: AttemptRec | None = None
         self.body_values: dict[str, Any] | None = None
         self.outcome: BaseException | None = None
@@ -721,6 +723,12 @@ def compile_scenario(scenario: Scenario) -> Compiled:
 
 async def _caller(compiled: Compiled, state: RunState) -> None:
     plan = compiled.plan
+    # Timed cancellations count from the caller's first step, so they are armed here and not
+    # when the task is created: uvloop may run a timer that is already due before a new
+    # task's first step, cancelling a caller that never ran.
+    state.caller = asyncio.current_task()
+    delays = [delay for delay in compiled.scenario.cancel_at if delay >= 0]
+    state.timers = [state.cancel_later(delay) for delay in delays]
     if PENDING in compiled.scenario.cancel_at:
         # a cancellation already requested when the run starts (the task cancels itself)
         rec = CancelRec(msg=f"caller-cancel-{len(state.cancels)}", issuer="pending at entry")
@@ -754,19 +762,18 @@ async def run_once(compiled: Compiled, concurrent: int = 1) -> list[RunState]:
     before = asyncio.all_tasks()
     states: list[RunState] = []
     tasks: list[asyncio.Task[None]] = []
-    timers: list[asyncio.TimerHandle] = []
     for _ in range(concurrent):
         state = RunState(compiled.scenario)
         context = contextvars.copy_context()
         context.run(CURRENT_RUN.set, state)
         task = loop.create_task(_caller(compiled, state), context=context)
         state.caller = task
-        timers += [state.cancel_later(delay) for delay in compiled.scenario.cancel_at if delay >= 0]
         states.append(state)
         tasks.append(task)
     await asyncio.wait(tasks)
-    for timer in timers:
-        timer.cancel()
+    for state in states:
+        for timer in state.timers:
+            timer.cancel()
     leftover = [t for t in asyncio.all_tasks() - before if not t.done()]
     if leftover:
         states[0].problems.append(f"tasks left pending after the run: {leftover!r}")
@@ -809,7 +816,8 @@ def run_scenario(compiled: Compiled, runs: int = 1, concurrent: int = 1) -> list
 
     with warnings.catch_warnings(record=True) as caught, capture_package_logs() as logs:
         warnings.simplefilter("always")
-        states = asyncio.run(main())
+        states = loop_support.run(main())
+        loop_support.campaign_runs += len(states)
         gc.collect()
     for state in states:
         state.log_messages = logs.messages
@@ -1362,8 +1370,13 @@ def _check_note(exc: BaseException, attached: Sequence[BaseException], errors: l
         errors.append("the failures() note was added more than once")
 
 
-def _names_in_notes(leaf: BaseException, idx: int) -> bool:
-    return any(names_node(note, idx) for note in getattr(leaf, "__notes__", None) or [])
+def _names_in_notes(leaf: BaseException, idx: int, role: str | None = None) -> bool:
+    """A note of ``leaf`` names node ``idx`` (as the failure of ``role``, when given:
+    "release of 'n001' failed ..." for a release, "node 'n001' failed ..." for a node)."""
+    return any(
+        names_node(note, idx) and (role is None or ("release of " in note) == (role == "release"))
+        for note in getattr(leaf, "__notes__", None) or []
+    )
 
 
 def _match(leaf: BaseException, expects: list[Expect], raised_ids: set[int]) -> bool:
@@ -1384,7 +1397,8 @@ def _match(leaf: BaseException, expects: list[Expect], raised_ids: set[int]) -> 
             continue
         idx = expect.idx
         if expect.kind == "timeout":
-            if type(leaf) is TimeoutError and _names_in_notes(leaf, idx):
+            # a node's and its release's timeouts both name the node: the note's role decides
+            if type(leaf) is TimeoutError and _names_in_notes(leaf, idx, expect.role):
                 expect.matched = True
                 expect.leaf = leaf
                 return True

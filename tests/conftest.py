@@ -1,12 +1,34 @@
-"""Shared pytest setup: ``async def`` tests run on a fresh event loop each."""
+"""Shared pytest setup: ``async def`` tests run on a fresh event loop each, of the kind
+``SDAX_TEST_LOOP`` chooses (asyncio, uvloop or eager: see ``loop_support.py``)."""
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from typing import Any
 
+import loop_support
 import pytest
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        loop_support.check_choice()
+    except loop_support.LoopChoiceError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    loop_support.install_policy()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    import sdax_hamilton
+
+    return [loop_support.describe(), f"sdax_hamilton imported from {sdax_hamilton.__file__}"]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    terminalreporter.write_line(loop_support.describe())  # again: ``pytest -q`` has no header
+    terminalreporter.write_line(
+        f"campaign runs: {loop_support.campaign_runs} (SDAX_TEST_LOOP={loop_support.NAME})"
+    )
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -16,7 +38,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     funcargs = pyfuncitem.funcargs
     names = pyfuncitem._fixtureinfo.argnames
     kwargs: dict[str, Any] = {name: funcargs[name] for name in names}
-    asyncio.run(pyfuncitem.obj(**kwargs))
+    loop_support.run(pyfuncitem.obj(**kwargs))
     return True
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import loop_support
 import pytest
 
 from sdax_hamilton import Driver, execution, shutdown
@@ -109,7 +110,7 @@ def preparing(source: str, arguments: dict[str, Any]) -> Callable[[Maker], objec
 
 
 def run(coro: Any) -> Any:
-    return asyncio.run(coro)
+    return loop_support.run(coro)
 
 
 # ------------------------------------------------------------------------------------------

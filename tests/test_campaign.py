@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import loop_support
 import pytest
 from campaign_support import (
     PENDING,
@@ -484,7 +485,7 @@ def test_callback_exception_reaches_the_caller_as_the_same_object(
     module.__dict__.update(EXC=exc, CALLS=[], CustomBase=CustomBase)
     exec(compile(source, module.__name__, "exec"), module.__dict__)
     plan = Driver(module).prepare(["out"])
-    outcome = asyncio.run(_outcome(plan.execute()))
+    outcome = loop_support.run(_outcome(plan.execute()))
     assert isinstance(outcome, BaseExceptionGroup), type(outcome)
     assert any(leaf is exc for leaf in outcome.exceptions), outcome.exceptions
     assert isinstance(outcome, ExecutionError) == isinstance(exc, Exception)
@@ -517,7 +518,7 @@ def test_body_exception_is_reraised_as_itself_with_cleanup_failures(
         async with plan.open():
             raise exc
 
-    assert asyncio.run(_outcome(main())) is exc
+    assert loop_support.run(_outcome(main())) is exc
     assert failures(exc) == (release_error,)
 
 
@@ -560,7 +561,7 @@ def test_termination_propagates_as_itself_after_cleanup(
         assert caught.value is exc
         return [t for t in asyncio.all_tasks() - before if not t.done()]
 
-    assert asyncio.run(main()) == []
+    assert loop_support.run(main()) == []
     assert released == ["res"]
 
 
@@ -588,7 +589,7 @@ def test_exception_raised_while_draining_is_kept(make_module: Any) -> None:
     exec(compile(source, module.__name__, "exec"), module.__dict__)
     plan = Driver(module).prepare(["out"])
     with pytest.raises(ExecutionError) as caught:
-        asyncio.run(plan.execute())
+        loop_support.run(plan.execute())
     leaves = caught.value.exceptions
     assert any(leaf is first for leaf in leaves)
     assert any(leaf is second for leaf in leaves)

@@ -16,7 +16,6 @@ The convention (also stated at the top of docs/api.md):
 from __future__ import annotations
 
 import ast
-import asyncio
 import contextlib
 import inspect
 import io
@@ -27,6 +26,7 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
+import loop_support
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -171,7 +171,7 @@ def run_blocks(blocks: list[Block], stem: str) -> None:
             with contextlib.redirect_stdout(captured):
                 if code.co_flags & inspect.CO_COROUTINE:
                     coroutine = eval(code, module.__dict__)
-                    asyncio.run(coroutine)
+                    loop_support.run(coroutine)
                 else:
                     exec(code, module.__dict__)
             if block.expected is not None:

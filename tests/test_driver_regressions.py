@@ -26,6 +26,7 @@ from test_driver_support import (
     notes,
     opened,
     prepare,
+    running_task,
     started,
     yield_a_few,
 )
@@ -153,7 +154,7 @@ async def test_an_inline_attempt_is_cancelled_once_however_often_the_caller_is()
     ran_in: list[asyncio.Task[Any] | None] = []
 
     async def conn() -> int:
-        ran_in.append(asyncio.current_task())
+        ran_in.append(running_task())
         inside.set()
         try:
             await asyncio.Event().wait()

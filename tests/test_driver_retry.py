@@ -17,6 +17,7 @@ from test_driver_support import (
     coordinator_of,
     execute,
     notes,
+    running_task,
     started,
 )
 
@@ -391,16 +392,16 @@ async def test_inline_timeouts_stay_per_attempt_along_a_chain() -> None:
     ran_in: list[asyncio.Task[Any] | None] = []
 
     async def quick() -> int:
-        ran_in.append(asyncio.current_task())
+        ran_in.append(running_task())
         return 1
 
     async def slow(quick: int) -> int:
-        ran_in.append(asyncio.current_task())
+        ran_in.append(running_task())
         await asyncio.sleep(0.03)  # well past quick's 0.005 s deadline
         return 2
 
     async def stuck(slow: int) -> int:
-        ran_in.append(asyncio.current_task())
+        ran_in.append(running_task())
         await asyncio.Event().wait()
         return 3
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import gc
 import warnings
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -186,7 +187,7 @@ class Mode:
 
     def seen(self) -> None:
         """Call inside the tested node: records which task ran it."""
-        self.tasks.append(asyncio.current_task())
+        self.tasks.append(running_task())
 
     def nodes(self, node: Node) -> tuple[list[Node], list[str]]:
         if self.name == "inline":
@@ -214,10 +215,27 @@ class Mode:
             assert me is not None and me.cancelling() == 0  # timeouts took their cancels back
 
 
-def coordinator_of(task: asyncio.Task[Any] | None) -> str:
-    """The qualified name of the coroutine a task runs (for telling the driver's tasks apart)."""
+_coordinators: weakref.WeakKeyDictionary[asyncio.Task[Any], str] = weakref.WeakKeyDictionary()
+
+
+def running_task() -> asyncio.Task[Any]:
+    """``asyncio.current_task()``, remembering which coroutine that task runs, for
+    :func:`coordinator_of`. Call it inside a node, while the task runs: a finished task's
+    coroutine cannot be asked for (``Task.get_coro()`` returns None on CPython 3.13 and
+    crashes 3.12.1 when the task ran under the eager task factory)."""
+    task = asyncio.current_task()
     assert task is not None
-    return str(task.get_coro().__qualname__)  # type: ignore[union-attr]
+    coroutine = task.get_coro()  # the task is running: its coroutine is there
+    _coordinators[task] = str(getattr(coroutine, "__qualname__", repr(coroutine)))
+    return task
+
+
+def coordinator_of(task: asyncio.Task[Any] | None) -> str:
+    """The qualified name of the coroutine ``task`` ran, as :func:`running_task` saw it while
+    the task ran (for telling the driver's tasks apart)."""
+    assert task is not None
+    assert task in _coordinators, f"{task!r} was not seen running (use running_task())"
+    return _coordinators[task]
 
 
 MODES = ["inline", "task"]

@@ -4,7 +4,6 @@ projection / validation / pipeline nodes borrowing from owned acquisitions upstr
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import itertools
 import logging
@@ -14,6 +13,7 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import loop_support
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 import pytest
 
@@ -76,7 +76,7 @@ def run(value: Any) -> Any:
         async def wait() -> Any:
             return await value
 
-        return asyncio.run(wait())
+        return loop_support.run(wait())
     return value
 
 

@@ -14,6 +14,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+import loop_support
 import pytest
 
 from sdax_hamilton import Driver, ExecutionError
@@ -67,7 +68,7 @@ def chain_source(n: int, *, policy: str = "") -> str:
 def test_chain(load: Any) -> None:
     timer = Timer()
     plan = Driver(load(chain_source(N))).prepare([f"n{N - 1}"])
-    result = asyncio.run(plan.execute(inputs={"x": 0}))
+    result = loop_support.run(plan.execute(inputs={"x": 0}))
     assert result == {f"n{N - 1}": N - 1}
     timer.check("chain")
 
@@ -76,7 +77,7 @@ def test_chain_with_timeouts_and_retries_on_every_node(load: Any) -> None:
     timer = Timer()
     source = chain_source(N, policy="timeout=5.0, retries=2, initial_delay=0.0")
     plan = Driver(load(source)).prepare([f"n{N - 1}"])
-    result = asyncio.run(plan.execute(inputs={"x": 0}))
+    result = loop_support.run(plan.execute(inputs={"x": 0}))
     assert result == {f"n{N - 1}": N - 1}
     timer.check("chain with policies")
 
@@ -94,7 +95,7 @@ def test_fan_out(load: Any) -> None:
     timer = Timer()
     outputs = [f"leaf{i}" for i in range(N)]
     plan = Driver(load(fan_out_source(N))).prepare(outputs)
-    result = asyncio.run(plan.execute(inputs={"x": 1}))
+    result = loop_support.run(plan.execute(inputs={"x": 1}))
     assert list(result) == outputs
     assert all(result[f"leaf{i}"] == 1 + i for i in range(N))
     timer.check("fan-out")
@@ -136,7 +137,7 @@ def test_fan_out_abort_cancels_and_drains_every_running_leaf(load: Any) -> None:
         assert [t for t in asyncio.all_tasks() - before if not t.done()] == []
         return caught.value
 
-    error = asyncio.run(main())
+    error = loop_support.run(main())
     assert error.exceptions == (boom,)
     assert len(drained) == N - 2
     timer.check("fan-out abort")
@@ -159,7 +160,7 @@ def test_lattice(load: Any) -> None:
     plan = Driver(load(lattice_source(layers, width))).prepare(
         [f"l{layers - 1}_{j}" for j in range(width)]
     )
-    result = asyncio.run(plan.execute(inputs={"x": 1}))
+    result = loop_support.run(plan.execute(inputs={"x": 1}))
     # the same recurrence in plain Python
     row = [1 + j for j in range(width)]
     for _ in range(1, layers):
@@ -191,7 +192,7 @@ def test_resource_chain_releases_in_reverse_dependency_order(load: Any) -> None:
     timer = Timer()
     released: list[int] = []
     plan = Driver(load(resource_chain_source(N), RELEASED=released)).prepare(["use"])
-    result = asyncio.run(plan.execute(inputs={"x": 0}))
+    result = loop_support.run(plan.execute(inputs={"x": 0}))
     assert result == {"use": N - 1}
     assert released == list(range(N - 1, -1, -1))
     timer.check("resource chain")
@@ -213,7 +214,7 @@ def test_resource_chain_open_keeps_all_alive_then_releases_after_a_failing_body(
                 raise body_error
         assert caught.value is body_error
 
-    asyncio.run(main())
+    loop_support.run(main())
     assert released == list(range(N - 1, -1, -1))
     timer.check("resource chain open")
 
@@ -244,6 +245,6 @@ def test_caller_cancellation_deep_in_a_resource_chain(load: Any) -> None:
             await task
         assert caught.value.args == ("stop",)
 
-    asyncio.run(main())
+    loop_support.run(main())
     assert released == list(range(half, -1, -1))
     timer.check("cancelled resource chain")
