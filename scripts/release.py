@@ -132,9 +132,11 @@ def check_auditwheel(wheel: Path) -> None:
     report = run(["auditwheel", "show", wheel])
     print(report.rstrip())
     tag, needed = glibc_verdict(report)
+    symbols = sorted({(int(a), int(b)) for a, b in re.findall(r"GLIBC_(\d+)\.(\d+)", report)})
+    newest = f"GLIBC_{symbols[-1][0]}.{symbols[-1][1]}" if symbols else "none"
     print(
-        f"== auditwheel verdict: {tag}; newest glibc needed {needed[0]}.{needed[1]} "
-        f"<= {MAX_GLIBC[0]}.{MAX_GLIBC[1]}: OK"
+        f"== auditwheel verdict: platform tag {tag}, newest versioned glibc symbol {newest}; "
+        f"needs glibc {needed[0]}.{needed[1]} <= {MAX_GLIBC[0]}.{MAX_GLIBC[1]}: OK"
     )
 
 
@@ -150,7 +152,7 @@ def tested_pythons() -> list[tuple[int, int]]:
 
 def find_cpythons() -> dict[str, Path]:
     """Every CPython >= 3.11 on this machine, by full version: pyenv's, then PATH's."""
-    candidates: list[Path] = [Path(sys.executable)]
+    candidates: list[Path] = []
     pyenv = shutil.which("pyenv")
     if pyenv is not None:
         root = Path(run([pyenv, "root"]).strip())
@@ -158,6 +160,7 @@ def find_cpythons() -> dict[str, Path]:
     for minor in range(11, 30):
         if (exe := shutil.which(f"python3.{minor}")) is not None:
             candidates.append(Path(exe))
+    candidates.append(Path(sys.executable))
     found: dict[str, Path] = {}
     probe = (
         "import platform, sys; "
