@@ -36,7 +36,7 @@ lint:  ## formatting checks, clippy, ruff (complexity and async rules included)
 	ruff format --check .
 
 typecheck:  ## mypy --strict (package, examples, typing tests) and stubtest of _core.pyi
-	mypy --strict python/sdax_hamilton examples
+	mypy --strict python/sdax_hamilton examples scripts
 	mypy --strict --warn-unused-ignores tests/typing
 	$(PYTHON) -m mypy.stubtest sdax_hamilton._core --allowlist stubtest-allowlist.txt
 

@@ -156,10 +156,12 @@ def find_cpythons() -> dict[str, Path]:
     pyenv = shutil.which("pyenv")
     if pyenv is not None:
         root = Path(run([pyenv, "root"]).strip())
-        candidates += sorted(root.glob("versions/*/bin/python3"))
+    else:  # pyenv installed but not on PATH
+        root = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv"))
+    candidates += sorted(root.glob("versions/*/bin/python3"))
     for minor in range(11, 30):
-        if (exe := shutil.which(f"python3.{minor}")) is not None:
-            candidates.append(Path(exe))
+        if (on_path := shutil.which(f"python3.{minor}")) is not None:
+            candidates.append(Path(on_path))
     candidates.append(Path(sys.executable))
     found: dict[str, Path] = {}
     probe = (
