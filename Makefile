@@ -12,7 +12,8 @@ export CARGO_TERM_COLOR ?= never
 
 TOOLS := maturin pytest ruff mypy coverage hypothesis ziglang auditwheel pre-commit
 
-.PHONY: help dev tools format lint typecheck test readme-test testcov bench-quick ci release
+.PHONY: help dev tools format lint typecheck test readme-test testcov bench-quick ci release \
+	release-other
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -66,6 +67,16 @@ bench-quick:  ## release build of the extension, then the quick benchmark (about
 
 release:  ## build the wheel (manylinux2014, zig) and the sdist into dist/, and check both
 	$(PYTHON) scripts/release.py --out dist
+
+release-other:  ## also aarch64 manylinux2014 and x86_64 musllinux_1_2 wheels (built, not run)
+	rustup target add aarch64-unknown-linux-gnu x86_64-unknown-linux-musl
+	maturin build --release --zig --target aarch64-unknown-linux-gnu \
+	    --compatibility manylinux2014 --out dist/other --quiet
+	maturin build --release --zig --target x86_64-unknown-linux-musl \
+	    --compatibility musllinux_1_2 --out dist/other --quiet
+	auditwheel show dist/other/*_aarch64.whl
+	@echo "(auditwheel cannot read the musllinux wheel on a glibc machine, and there is no"
+	@echo " aarch64 or musl CPython here: these wheels are built, not installed or run)"
 
 ci: tools lint readme-test typecheck release  ## what .ci/run runs, in a fresh virtualenv
 	@echo "== make ci passed"
