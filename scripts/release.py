@@ -228,9 +228,10 @@ def check_sdist_installs(sdist: Path, work: Path) -> None:
     version = sdist.name.removesuffix(".tar.gz").split("-")[1]
     print(f"== sdist: build and install from {sdist.name} in a clean virtualenv (cargo builds)")
     venv_python = fresh_venv(Path(sys.executable), work / "venv-sdist")
-    # Reuse this tree's compiled crates.io dependencies; the package's own crates are
-    # compiled from the sdist's sources (cargo fingerprints them by path).
-    env = {**os.environ, "CARGO_TARGET_DIR": str(ROOT / "target" / "sdist-check")}
+    # Reuse the crates.io dependencies this tree compiled for `pip install .` (target/release);
+    # the package's own two crates are compiled from the sdist's sources (cargo tells them
+    # apart by path).
+    env = {**os.environ, "CARGO_TARGET_DIR": str(ROOT / "target")}
     run([venv_python, "-m", "pip", "install", "-q", f"{sdist}[test]"], env=env)
     run_example(venv_python, work, version)
     unpacked = work / "sdist"
