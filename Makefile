@@ -53,6 +53,7 @@ testcov:  ## coverage: Python (coverage.py) and the Rust core (cargo-llvm-cov, i
 	maturin develop -q
 	$(PYTHON) -m coverage erase
 	$(PYTHON) -m coverage run -m pytest -q -p no:cacheprovider
+	$(PYTHON) -m coverage combine -q
 	$(PYTHON) -m coverage report
 	@if $(CARGO) llvm-cov --version >/dev/null 2>&1; then \
 	    $(CARGO) llvm-cov --package sdax-core --summary-only; \
