@@ -630,14 +630,8 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def render(out: dict[str, Any]) -> str:
-    parts: list[str] = []
-    m = out["machine"]
-    parts.append(
-        f"{m['date']}; {m['nproc']} CPUs ({m['cpu']}); CPython {m['python']}; "
-        f"Hamilton {m['hamilton']}; commit {m['commit']}; mode {out['settings']['mode']}; "
-        f"load average {m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end"
-    )
+def _render_latency(out: dict[str, Any], parts: list[str]) -> None:
+    """Latency table: one execute at a time."""
 
     def cell(row: dict[str, Any], name: str) -> str:
         r = row.get(name)
@@ -685,6 +679,9 @@ def render(out: dict[str, Any]) -> str:
         )
     )
 
+
+def _render_throughput(out: dict[str, Any], parts: list[str]) -> None:
+    """Throughput table: sequential and concurrent executes."""
     rows = []
     for key, row in out.get("throughput", {}).items():
 
@@ -720,6 +717,9 @@ def render(out: dict[str, Any]) -> str:
         )
     )
 
+
+def _render_prepare(out: dict[str, Any], parts: list[str]) -> None:
+    """Compile table: Driver() and prepare() against Hamilton's build."""
     rows = []
     for key, row in out.get("prepare", {}).items():
         rows.append(
@@ -755,6 +755,9 @@ def render(out: dict[str, Any]) -> str:
         )
     )
 
+
+def _render_memory_and_big_chain(out: dict[str, Any], parts: list[str]) -> None:
+    """Memory per open plan and the long-chain run."""
     mem = out.get("memory", {})
     rows = []
     for name in ("ours", "0.2.0"):
@@ -794,6 +797,9 @@ def render(out: dict[str, Any]) -> str:
             + _table(["runner", "Driver() ms", "prepare() ms", "execute ms", "result"], rows)
         )
 
+
+def _render_targets_and_errors(out: dict[str, Any], parts: list[str]) -> None:
+    """Targets with their verdicts, and runners that could not run."""
     rows = []
     for t in out.get("targets", []):
         verdict = {True: "PASS", False: "FAIL", None: "n/a"}[t["pass"]]
@@ -808,6 +814,25 @@ def render(out: dict[str, Any]) -> str:
             if out.get(name):
                 lines.append(f"- {name}: {out[name]}")
         parts.append("### Runners that could not run a case\n\n" + "\n".join(lines))
+
+
+def render(out: dict[str, Any]) -> str:
+    parts: list[str] = []
+    m = out["machine"]
+    parts.append(
+        f"{m['date']}; {m['nproc']} CPUs ({m['cpu']}); CPython {m['python']}; "
+        f"Hamilton {m['hamilton']}; commit {m['commit']}; mode {out['settings']['mode']}; "
+        f"load average {m['loadavg_start'][0]:.2f} at start, {m['loadavg_end'][0]:.2f} at end"
+    )
+
+    for section in (
+        _render_latency,
+        _render_throughput,
+        _render_prepare,
+        _render_memory_and_big_chain,
+        _render_targets_and_errors,
+    ):
+        section(out, parts)
     return "\n\n".join(parts)
 
 

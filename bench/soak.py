@@ -150,6 +150,124 @@ async def sequential(
     }
 
 
+async def phase_executes(
+    args: argparse.Namespace, plan: Any, stats: dict[str, int]
+) -> dict[str, Any]:
+    """Sequential successful executes; every run releases both resources."""
+
+    async def ok() -> None:
+        result = await plan.execute(inputs={"dsn": "db", "fail": False})
+        assert result == {"total": 2}
+
+    before = stats["released"]
+    phase = await sequential("executes", args.executes, ok)
+    assert stats["released"] - before == 2 * (
+        args.executes + max(1, min(10_000, args.executes // 20))
+    )
+    return phase
+
+
+async def phase_failing(args: argparse.Namespace, plan: Any, module: Any) -> list[dict[str, Any]]:
+    """Sequential failing executes, then executes cancelled by their caller."""
+
+    async def failing() -> None:
+        try:
+            await plan.execute(inputs={"dsn": "db", "fail": True})
+        except ExecutionError:
+            return
+        raise AssertionError("expected ExecutionError")
+
+    phases = [await sequential("failing executes", args.failing, failing)]
+
+    module.__dict__["HOLD"] = asyncio.Event()
+
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(plan.execute(inputs={"dsn": "db", "fail": False}))
+        for _ in range(3):  # let it reach the query, which waits on HOLD
+            await asyncio.sleep(0)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return
+        raise AssertionError("expected CancelledError")
+
+    phases.append(await sequential("cancelled executes", args.failing, cancelled))
+    module.__dict__["HOLD"] = None
+    return phases
+
+
+async def phase_concurrent(
+    args: argparse.Namespace, held: Any, stats: dict[str, int]
+) -> dict[str, Any]:
+    """Rounds of many open() contexts alive at once, memory per context."""
+    # per-context figures need allocation tracing (RSS moves in allocator arenas)
+    traced_here = not tracemalloc.is_tracing()
+    if traced_here:
+        tracemalloc.start()
+    started = time.perf_counter()
+    points = [snapshot("concurrent: baseline", 0, started)]
+    per_context: list[float] = []
+    for round_number in range(args.rounds):
+        release = asyncio.Event()
+        entered = 0
+        all_entered = asyncio.Event()
+
+        async def hold(release: asyncio.Event, all_entered: asyncio.Event) -> None:
+            nonlocal entered
+            async with held.open(inputs={"dsn": "db", "fail": False}) as values:
+                assert values["connection"].open and values["transaction"].open
+                entered += 1
+                if entered == args.concurrent:
+                    all_entered.set()
+                await release.wait()
+
+        before_open = rss_mb()
+        traced_before = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
+        released_before = stats["released"]
+        tasks = [asyncio.ensure_future(hold(release, all_entered)) for _ in range(args.concurrent)]
+        await all_entered.wait()
+        gc.collect()
+        open_rss = rss_mb() - before_open
+        open_traced = (
+            (tracemalloc.get_traced_memory()[0] - traced_before) / args.concurrent / 1024
+            if tracemalloc.is_tracing()
+            else None
+        )
+        per_context.append(round(open_traced or 0.0, 2))
+        print(
+            json.dumps(
+                {
+                    "round": round_number,
+                    "open_contexts": args.concurrent,
+                    "rss_kb_per_open_context": round(open_rss * 1024 / args.concurrent, 2),
+                    "traced_kb_per_open_context": per_context[-1],
+                }
+            ),
+            file=sys.stderr,
+            flush=True,
+        )
+        release.set()
+        await asyncio.wait(tasks)  # not gather: its future keeps the tasks referenced
+        for task in tasks:
+            task.result()
+        assert stats["released"] - released_before == 2 * args.concurrent
+        del tasks
+        points.append(
+            snapshot(f"concurrent: after round {round_number}", round_number + 1, started)
+        )
+    if traced_here:
+        tracemalloc.stop()
+    return {
+        "phase": "concurrent open",
+        "contexts": args.concurrent,
+        "rounds": args.rounds,
+        "traced_kb_per_open_context": per_context,
+        "growth": growth(points) if len(points) > 2 else {},
+        "points": points,
+    }
+
+
 async def main(args: argparse.Namespace) -> int:
     # the failing phases log an ERROR per run: keep the records, drop the output
     logger = logging.getLogger("sdax_hamilton")
@@ -164,115 +282,11 @@ async def main(args: argparse.Namespace) -> int:
         tracemalloc.start()
 
     if args.executes:
-
-        async def ok() -> None:
-            result = await plan.execute(inputs={"dsn": "db", "fail": False})
-            assert result == {"total": 2}
-
-        before = stats["released"]
-        phase = await sequential("executes", args.executes, ok)
-        assert stats["released"] - before == 2 * (
-            args.executes + max(1, min(10_000, args.executes // 20))
-        )
-        report["phases"].append(phase)
-
+        report["phases"].append(await phase_executes(args, plan, stats))
     if args.failing:
-
-        async def failing() -> None:
-            try:
-                await plan.execute(inputs={"dsn": "db", "fail": True})
-            except ExecutionError:
-                return
-            raise AssertionError("expected ExecutionError")
-
-        report["phases"].append(await sequential("failing executes", args.failing, failing))
-
-        module.__dict__["HOLD"] = asyncio.Event()
-
-        async def cancelled() -> None:
-            task = asyncio.ensure_future(plan.execute(inputs={"dsn": "db", "fail": False}))
-            for _ in range(3):  # let it reach the query, which waits on HOLD
-                await asyncio.sleep(0)
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                return
-            raise AssertionError("expected CancelledError")
-
-        report["phases"].append(await sequential("cancelled executes", args.failing, cancelled))
-        module.__dict__["HOLD"] = None
-
+        report["phases"].extend(await phase_failing(args, plan, module))
     if args.concurrent:
-        # per-context figures need allocation tracing (RSS moves in allocator arenas)
-        traced_here = not tracemalloc.is_tracing()
-        if traced_here:
-            tracemalloc.start()
-        started = time.perf_counter()
-        points = [snapshot("concurrent: baseline", 0, started)]
-        per_context: list[float] = []
-        for round_number in range(args.rounds):
-            release = asyncio.Event()
-            entered = 0
-            all_entered = asyncio.Event()
-
-            async def hold(release: asyncio.Event, all_entered: asyncio.Event) -> None:
-                nonlocal entered
-                async with held.open(inputs={"dsn": "db", "fail": False}) as values:
-                    assert values["connection"].open and values["transaction"].open
-                    entered += 1
-                    if entered == args.concurrent:
-                        all_entered.set()
-                    await release.wait()
-
-            before_open = rss_mb()
-            traced_before = tracemalloc.get_traced_memory()[0] if tracemalloc.is_tracing() else 0
-            released_before = stats["released"]
-            tasks = [
-                asyncio.ensure_future(hold(release, all_entered)) for _ in range(args.concurrent)
-            ]
-            await all_entered.wait()
-            gc.collect()
-            open_rss = rss_mb() - before_open
-            open_traced = (
-                (tracemalloc.get_traced_memory()[0] - traced_before) / args.concurrent / 1024
-                if tracemalloc.is_tracing()
-                else None
-            )
-            per_context.append(round(open_traced or 0.0, 2))
-            print(
-                json.dumps(
-                    {
-                        "round": round_number,
-                        "open_contexts": args.concurrent,
-                        "rss_kb_per_open_context": round(open_rss * 1024 / args.concurrent, 2),
-                        "traced_kb_per_open_context": per_context[-1],
-                    }
-                ),
-                file=sys.stderr,
-                flush=True,
-            )
-            release.set()
-            await asyncio.wait(tasks)  # not gather: its future keeps the tasks referenced
-            for task in tasks:
-                task.result()
-            assert stats["released"] - released_before == 2 * args.concurrent
-            del tasks
-            points.append(
-                snapshot(f"concurrent: after round {round_number}", round_number + 1, started)
-            )
-        if traced_here:
-            tracemalloc.stop()
-        report["phases"].append(
-            {
-                "phase": "concurrent open",
-                "contexts": args.concurrent,
-                "rounds": args.rounds,
-                "traced_kb_per_open_context": per_context,
-                "growth": growth(points) if len(points) > 2 else {},
-                "points": points,
-            }
-        )
+        report["phases"].append(await phase_concurrent(args, held, stats))
 
     def grew(phase: dict[str, Any]) -> bool:
         # with allocation tracing on, RSS also holds tracemalloc's own tables: judge by the

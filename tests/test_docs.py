@@ -30,7 +30,7 @@ import loop_support
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
+PAGES = (ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md")))
 OUTPUT_MARKER = "# output"
 
 # Opening or closing fence: up to three spaces of indentation, three or more backticks or

@@ -311,9 +311,9 @@ async def test_self_cancellation_among_ordinary_failures_still_gives_a_base_grou
 
 
 @pytest.mark.parametrize("kind", [KeyboardInterrupt, SystemExit])
-@pytest.mark.parametrize("timeout", [None, 5.0])
+@pytest.mark.parametrize("node_timeout", [None, 5.0])
 async def test_process_termination_from_a_node_is_the_primary_after_cleanup(
-    kind: type[BaseException], timeout: float | None
+    kind: type[BaseException], node_timeout: float | None
 ) -> None:
     journal = Journal()
     interrupt = kind()
@@ -329,7 +329,7 @@ async def test_process_termination_from_a_node_is_the_primary_after_cleanup(
         journal("close")
         raise release_error
 
-    nodes = [Node("conn", conn, release=close), Node("stop", stop, ("conn",), timeout=timeout)]
+    nodes = [Node("conn", conn, release=close), Node("stop", stop, ("conn",), timeout=node_timeout)]
     with clean_loop():
         with pytest.raises(kind) as info:
             await execute(nodes, ["stop"])

@@ -309,27 +309,36 @@ class RunReport:
             self._run = event.run
         elif event.run != self._run:
             raise ValueError("a RunReport records one run; use a new RunReport for each run")
+        if not self._record_run_event(event):
+            self._record_call_event(event)
+
+    def _record_run_event(self, event: RunEvent) -> bool:
+        """Record an event about the whole run; False when it is about one call."""
         kind = event.kind
-        time = event.time
         if kind == "run_started":
-            self._started = time
+            self._started = event.time
             self._deadline = event.deadline
             self._order = event.nodes
             for name in event.nodes:
                 self._nodes.setdefault(name, _Track())
-            return
-        if kind == "shutdown_started":
-            self._shutdown = time
-            return
-        if kind == "run_finished":
-            self._finished = time
+        elif kind == "shutdown_started":
+            self._shutdown = event.time
+        elif kind == "run_finished":
+            self._finished = event.time
             # The type name only: keeping the exception would tie its traceback (and the
             # frames it holds) to the report (tests/test_driver_memory.py).
             error = event.error
             if error is not None:
                 self._run_error = type(error).__qualname__
                 self._run_cancelled = isinstance(error, asyncio.CancelledError)
-            return
+        else:
+            return False
+        return True
+
+    def _record_call_event(self, event: RunEvent) -> None:
+        """Record an event about one node's or one release's calls."""
+        kind = event.kind
+        time = event.time
         release = kind.startswith("release_")
         table = self._releases if release else self._nodes
         track = table.get(event.node)

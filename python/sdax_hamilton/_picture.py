@@ -38,6 +38,28 @@ def _attributes(**attrs: str) -> str:
     return ", ".join(f"{key}={_quote(value)}" for key, value in attrs.items())
 
 
+def _node_line(spec: NodeSpec, output_set: frozenset[str]) -> str:
+    """One node's statement: its policy, the resource it owns or borrows, output or not."""
+    policy = _policy_text(spec.policy)
+    label = [spec.name, policy] if policy else [spec.name]
+    attrs = {"shape": "box"}
+    if spec.release is not None:
+        release = spec.release.origin.rsplit(".", 1)[-1]
+        label.append(f"owns resource; release {release}")
+        release_policy = _policy_text(spec.release.policy)
+        if release_policy:
+            label.append(f"release {release_policy}")
+        attrs["style"] = "rounded,bold"
+    elif spec.borrows:
+        label.append("borrows " + ", ".join(spec.borrows))
+        attrs["style"] = "rounded"
+    if spec.name in output_set:
+        attrs["peripheries"] = "2"
+        label.append("output")
+    attrs["label"] = "\n".join(label)
+    return f"  {_quote(spec.name)} [{_attributes(**attrs)}];"
+
+
 def plan_to_dot(
     specs: Sequence[NodeSpec],
     *,
@@ -64,25 +86,7 @@ def plan_to_dot(
         if name in output_set:
             attrs["peripheries"] = "2"
         lines.append(f"  {_quote(name)} [{_attributes(**attrs)}];")
-    for spec in specs:
-        policy = _policy_text(spec.policy)
-        label = [spec.name, policy] if policy else [spec.name]
-        attrs = {"shape": "box"}
-        if spec.release is not None:
-            release = spec.release.origin.rsplit(".", 1)[-1]
-            label.append(f"owns resource; release {release}")
-            release_policy = _policy_text(spec.release.policy)
-            if release_policy:
-                label.append(f"release {release_policy}")
-            attrs["style"] = "rounded,bold"
-        elif spec.borrows:
-            label.append("borrows " + ", ".join(spec.borrows))
-            attrs["style"] = "rounded"
-        if spec.name in output_set:
-            attrs["peripheries"] = "2"
-            label.append("output")
-        attrs["label"] = "\n".join(label)
-        lines.append(f"  {_quote(spec.name)} [{_attributes(**attrs)}];")
+    lines.extend(_node_line(spec, output_set) for spec in specs)
     known = active | set(replaced) | set(inputs)
     for spec in specs:
         for inp in spec.inputs:

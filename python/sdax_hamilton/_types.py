@@ -233,7 +233,11 @@ def _norm_uncached(tp: Any) -> _Norm:
     origin = get_origin(tp)
     if origin is None:
         raise _Unsupported(tp)
-    args = get_args(tp)
+    return _norm_generic(tp, origin, get_args(tp))
+
+
+def _norm_generic(tp: Any, origin: Any, args: tuple[Any, ...]) -> _Norm:
+    """A subscripted form: a union, ``Literal``, a sequence, ``dict`` or ``tuple``."""
     if origin in _UNION_ORIGINS:
         return _union([_norm(arg) for arg in args])
     if origin is Literal:
@@ -252,14 +256,18 @@ def _norm_uncached(tp: Any) -> _Norm:
             raise _Unsupported(tp, "dict[...] takes exactly two arguments")
         return (_DICT, _norm(args[0]), _norm(args[1]))
     if origin is tuple:
-        if len(args) == 2 and args[1] is Ellipsis:
-            if args[0] is Ellipsis:
-                raise _Unsupported(tp, "'...' is allowed only as the second of two arguments")
-            return (_VTUPLE, _norm(args[0]))
-        if any(arg is Ellipsis for arg in args):
-            raise _Unsupported(tp, "'...' is allowed only as the second of two arguments")
-        return (_TUPLE, tuple(_norm(arg) for arg in args))
+        return _norm_tuple(tp, args)
     raise _Unsupported(tp)
+
+
+def _norm_tuple(tp: Any, args: tuple[Any, ...]) -> _Norm:
+    if len(args) == 2 and args[1] is Ellipsis:
+        if args[0] is Ellipsis:
+            raise _Unsupported(tp, "'...' is allowed only as the second of two arguments")
+        return (_VTUPLE, _norm(args[0]))
+    if any(arg is Ellipsis for arg in args):
+        raise _Unsupported(tp, "'...' is allowed only as the second of two arguments")
+    return (_TUPLE, tuple(_norm(arg) for arg in args))
 
 
 # TypedDict class -> (required keys, {key: node})
@@ -436,6 +444,11 @@ def _step(value: Any, node: _Norm) -> bool | _Frame:
         if all(member[0] in _LEAF_KINDS for member in members):
             return any(_leaf_accepts(value, member) for member in members)
         return (_ANY_MODE, ((value, member) for member in members))
+    return _step_container(value, node, kind)
+
+
+def _step_container(value: Any, node: _Norm, kind: int) -> bool | _Frame:
+    """:func:`_step` for the container kinds: sequences and tuples, then mappings."""
     if kind == _SEQ:
         if not isinstance(value, node[1]):
             return False
@@ -454,6 +467,11 @@ def _step(value: Any, node: _Norm) -> bool | _Frame:
         if not isinstance(value, tuple) or len(value) != len(node[1]):
             return False
         return (_ALL, zip(value, node[1], strict=True))
+    return _step_mapping(value, node, kind)
+
+
+def _step_mapping(value: Any, node: _Norm, kind: int) -> bool | _Frame:
+    """:func:`_step` for ``dict[K, V]`` and TypedDicts."""
     if kind == _DICT:
         if not isinstance(value, dict):
             return False
@@ -663,7 +681,11 @@ def _compile_union(members: frozenset[_Norm], compiling: tuple[type, ...]) -> Pr
         if predicate is None:
             return None
         others.append(predicate)
-    class_spec = tuple(dict.fromkeys(classes))
+    return _union_predicate(tuple(dict.fromkeys(classes)), others)
+
+
+def _union_predicate(class_spec: tuple[type, ...], others: list[Predicate]) -> Predicate:
+    """The cheapest predicate for "an instance of ``class_spec`` or accepted by ``others``"."""
     if not others:
 
         def check_classes(value: Any) -> bool:

@@ -102,44 +102,22 @@ class SpanObserver:
         kind = event.kind
         run = self._runs.get(event.run)
         if kind == "run_started" or run is None:
-            span = None
-            context = None
-            if kind == "run_started":
-                run_attributes: dict[str, str | int | float | bool] = {
-                    _PREFIX + "nodes": len(event.nodes)
-                }
-                if event.deadline is not None:
-                    run_attributes[_PREFIX + "timeout"] = event.deadline - event.time
-                span = self._tracer.start_span("sdax_hamilton.run", attributes=run_attributes)
-                context = trace.set_span_in_context(span)
-            run = self._runs[event.run] = _Run(span, context)
+            run = self._runs[event.run] = self._start_run(event)
             if kind == "run_started":
                 return
         if kind == "run_finished":
             self._finish(event, run)
-            return
-        release = kind.startswith("release_")
-        key = (event.node, release)
-        if kind == "attempt_started" or kind == "release_started":
-            name = f"release {event.node}" if release else event.node
-            attributes: dict[str, str | int | float | bool] = {
-                _PREFIX + "node": event.node,
-                _PREFIX + "attempt": event.attempt,
-                _PREFIX + "release": release,
-            }
-            if event.clipped:
-                attributes[_PREFIX + "clipped"] = True
-            span = self._tracer.start_span(name, context=run.context, attributes=attributes)
-            run.attempts[key] = _Attempt(span)
+        elif kind == "attempt_started" or kind == "release_started":
+            self._start_attempt(event, run)
         elif kind in _END_OUTCOME:
-            attempt = run.attempts.pop(key, None)
+            attempt = run.attempts.pop(_key(event), None)
             if attempt is not None:
                 outcome = _END_OUTCOME[kind]
                 if outcome == "failed" and attempt.timed_out:
                     outcome = "timed_out"
                 _end(attempt.span, outcome, event.error)
         elif kind == "attempt_timed_out" or kind == "release_timed_out":
-            attempt = run.attempts.get(key)
+            attempt = run.attempts.get(_key(event))
             if attempt is not None:
                 attempt.timed_out = True
                 if event.clipped:
@@ -147,14 +125,33 @@ class SpanObserver:
                 else:
                     attempt.span.add_event("timeout")
         elif run.span is not None:
-            attributes = {_PREFIX + "node": event.node}
-            if event.attempt:
-                attributes[_PREFIX + "attempt"] = event.attempt
-            if event.delay is not None:
-                attributes[_PREFIX + "retry_delay"] = event.delay
-            if event.error is not None:
-                attributes["error.type"] = error_type(event.error)
-            run.span.add_event(kind, attributes)
+            _add_run_event(run.span, event)
+
+    def _start_run(self, event: RunEvent) -> _Run:
+        """The run's record; its span only when the observer saw the run start."""
+        if event.kind != "run_started":
+            return _Run(None, None)
+        attributes: dict[str, str | int | float | bool] = {_PREFIX + "nodes": len(event.nodes)}
+        if event.deadline is not None:
+            attributes[_PREFIX + "timeout"] = event.deadline - event.time
+        span = self._tracer.start_span("sdax_hamilton.run", attributes=attributes)
+        return _Run(span, trace.set_span_in_context(span))
+
+    def _start_attempt(self, event: RunEvent, run: _Run) -> None:
+        release = event.kind.startswith("release_")
+        attributes: dict[str, str | int | float | bool] = {
+            _PREFIX + "node": event.node,
+            _PREFIX + "attempt": event.attempt,
+            _PREFIX + "release": release,
+        }
+        if event.clipped:
+            attributes[_PREFIX + "clipped"] = True
+        span = self._tracer.start_span(
+            f"release {event.node}" if release else event.node,
+            context=run.context,
+            attributes=attributes,
+        )
+        run.attempts[_key(event)] = _Attempt(span)
 
     def _finish(self, event: RunEvent, run: _Run) -> None:
         del self._runs[event.run]
@@ -172,6 +169,23 @@ class SpanObserver:
             _fail(span, error)
             span.set_attribute(_PREFIX + "outcome", "failed")
         span.end()
+
+
+def _key(event: RunEvent) -> tuple[str, bool]:
+    """An attempt's key in its run: the node, and whether the call is its release."""
+    return (event.node, event.kind.startswith("release_"))
+
+
+def _add_run_event(span: Span, event: RunEvent) -> None:
+    """Any other event (a retry scheduled, an input rejected...) as an event of the run span."""
+    attributes: dict[str, str | int | float | bool] = {_PREFIX + "node": event.node}
+    if event.attempt:
+        attributes[_PREFIX + "attempt"] = event.attempt
+    if event.delay is not None:
+        attributes[_PREFIX + "retry_delay"] = event.delay
+    if event.error is not None:
+        attributes["error.type"] = error_type(event.error)
+    span.add_event(event.kind, attributes)
 
 
 def _fail(span: Span, error: BaseException) -> None:
