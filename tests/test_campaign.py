@@ -18,7 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from campaign_support import (
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.campaign import (
     PENDING,
     AttemptRec,
     CancelRec,
@@ -35,8 +37,6 @@ from campaign_support import (
     run_and_check,
     scenarios,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from sdax_hamilton import Driver, ExecutionError, _core, failures
 
