@@ -1,5 +1,5 @@
 """Real modules from source text: declarations must live in loaded modules, so test graphs
-are real, registered modules (docs/api.md, "Declaring nodes")."""
+are real, registered modules (docs/contract.md#discovery)."""
 
 from __future__ import annotations
 
