@@ -796,6 +796,15 @@ def _check_node_events(
             if expect.kind == "input":
                 if not any(e.kind == "input_rejected" for e in events):
                     run.fail(f"{node.name}: input rejected without an input_rejected event")
+            elif expect.kind == "timeout":
+                # a node's and its release's TimeoutErrors are told apart only by notes
+                if not any(
+                    e.kind == "attempt_failed"
+                    and type(e.error) is TimeoutError
+                    and id(e.error) in raised
+                    for e in events
+                ):
+                    run.fail(f"{node.name}: no attempt_failed event carries its TimeoutError")
             elif not any(e.kind in _FAILED and e.error is expect.leaf for e in events):
                 run.fail(f"{node.name}: no attempt_failed/cancelled event carries the failure")
 
@@ -900,6 +909,11 @@ def _names_in_notes(leaf: BaseException, idx: int) -> bool:
     return any(names_node(note, idx) for note in getattr(leaf, "__notes__", None) or [])
 
 
+def _notes_count(leaf: BaseException, attempts: int) -> bool:
+    notes = getattr(leaf, "__notes__", None) or []
+    return any(re.search(rf"\b{attempts} attempt", note) for note in notes)
+
+
 def _match(run: RunCheck, leaf: BaseException, raised_ids: set[int]) -> bool:
     # required expectations first: notes of a node's and of its release's failure both
     # name the node, and a runtime-made TimeoutError is otherwise indistinguishable
@@ -919,6 +933,17 @@ def _match(run: RunCheck, leaf: BaseException, raised_ids: set[int]) -> bool:
         idx = expect.idx
         if expect.kind == "timeout":
             found = type(leaf) is TimeoutError and _names_in_notes(leaf, idx)
+            # a node and its release may both time out: prefer the note with this one's count
+            if found and expect.attempts is not None and not _notes_count(leaf, expect.attempts):
+                found = not any(
+                    other is not expect
+                    and not other.matched
+                    and other.kind == "timeout"
+                    and other.idx == idx
+                    and other.attempts is not None
+                    and _notes_count(leaf, other.attempts)
+                    for other in run.expects
+                )
         elif expect.kind == "output":
             found = type(leaf) is TypeError and f"Invalid output from {node_name(idx)}" in str(leaf)
         elif expect.kind == "input":
