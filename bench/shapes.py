@@ -9,8 +9,8 @@ another virtualenv to rebuild the same cases (and the same floor schedule).
 
 The ``+policy`` variant puts ``@execution(timeout=60.0, retries=2)`` on every node. On the
 resources shape the acquisitions (connection, transaction) get ``timeout`` only, because
-forward retries on an owned acquisition are refused by contract (SPEC 6.2); their queries
-get the full policy and every release gets ``@shutdown(of=..., timeout=60.0, retries=2)``.
+forward retries on an owned acquisition are refused by contract (docs/contract.md#selection); their
+queries get the full policy and every release gets ``@shutdown(of=..., timeout=60.0, retries=2)``.
 """
 
 from __future__ import annotations

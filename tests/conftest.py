@@ -8,6 +8,7 @@ from typing import Any
 
 import loop_support
 import pytest
+from support.modules import load_module
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -40,29 +41,6 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     kwargs: dict[str, Any] = {name: funcargs[name] for name in names}
     loop_support.run(pyfuncitem.obj(**kwargs))
     return True
-
-
-_module_counter = 0
-
-
-def load_module(source: str, name: str | None = None) -> Any:
-    """Create, execute and register (``sys.modules``) a module from source text.
-
-    Declarations must live in loaded modules (SPEC 5.3), so test graphs are real modules.
-    The source is dedented; each call gets a fresh unique name unless one is given.
-    """
-    import sys
-    import textwrap
-    import types
-
-    global _module_counter
-    _module_counter += 1
-    module_name = name or f"sdax_test_graph_{_module_counter}"
-    module = types.ModuleType(module_name)
-    sys.modules[module_name] = module
-    code = compile(textwrap.dedent(source), f"<{module_name}>", "exec", dont_inherit=True)
-    exec(code, module.__dict__)
-    return module
 
 
 @pytest.fixture

@@ -220,14 +220,19 @@ def _prose(page: Path) -> list[str]:
     return _scan(page.read_text(encoding="utf-8").splitlines(), page)[1]
 
 
+_EXPLICIT_ANCHOR = re.compile(r'<a id="(?P<id>[^"]+)"></a>')
+
+
 def _anchors(page: Path) -> set[str]:
-    """GitHub-style heading anchors of a page (code blocks and comments ignored)."""
+    """GitHub-style heading anchors of a page, plus its explicit ``<a id="...">`` anchors
+    (code blocks and comments ignored)."""
     anchors: set[str] = set()
     for line in _prose(page):
         heading = _HEADING.match(line)
         if heading is not None:
             title = heading["title"].replace("`", "").lower()
             anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+        anchors.update(m["id"] for m in _EXPLICIT_ANCHOR.finditer(line))
     return anchors
 
 

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from test_driver_support import (
+from support.driver import (
     MODES,
     Journal,
     Mode,

@@ -7,7 +7,7 @@ import threading
 from typing import Any
 
 import pytest
-from test_driver_support import Journal, Node, clean_loop, execute, notes, opened, started
+from support.driver import Journal, Node, clean_loop, execute, notes, opened, started
 
 from sdax_hamilton._failures import ExecutionError, failures
 

@@ -7,7 +7,7 @@ import logging
 from typing import Any
 
 import pytest
-from test_driver_support import Node, clean_loop, execute
+from support.driver import Node, clean_loop, execute
 
 from sdax_hamilton._failures import ExecutionError
 

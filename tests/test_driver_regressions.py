@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from test_driver_support import (
+from support.driver import (
     Journal,
     Node,
     Runner,

@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 import pytest
-from test_driver_support import (
+from support.driver import (
     MODES,
     Journal,
     Mode,

@@ -7,7 +7,7 @@ import asyncio
 import random
 from typing import Any
 
-from test_driver_support import Node, clean_loop, execute, opened
+from support.driver import Node, clean_loop, execute, opened
 
 from sdax_hamilton._failures import ExecutionError
 

@@ -1,6 +1,6 @@
 """Run events (issue 6, item 1): which ``RunEvent``s a run emits, in which order.
 
-Driver-level tests build plans with ``test_driver_support`` (no Hamilton); the last ones go
+Driver-level tests build plans with ``tests/support/driver.py`` (no Hamilton); the last ones go
 through ``Driver``/``PreparedPlan`` to check that ``execute``/``open`` pass observers on.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from test_driver_support import MODES, Mode, Node, clean_loop, prepare, started
+from support.driver import MODES, Mode, Node, clean_loop, prepare, started
 
 from sdax_hamilton import Driver, ExecutionError, RunEvent
 from sdax_hamilton._driver import open_run

@@ -1,5 +1,5 @@
-"""Fault-injection campaign support: scenarios, generated Hamilton modules, an event log and
-a checker whose expectations come from SPEC 7.2-7.11 only.
+"""Fault-injection campaign support: scenarios, generated Hamilton modules, the harness that
+records every call, and the runner. The checker is :mod:`support.campaign_check`.
 
 A *scenario* is a random DAG of nodes (async, sync, or sync returning an awaitable) with
 ``execution`` policies, owned acquisitions with ``shutdown`` releases and their own policies,
@@ -9,10 +9,10 @@ ask for the caller to be cancelled; what it does when it is cancelled (propagate
 re-raise, drain then return a value); and, for ``open()``, what the body does.
 
 The generated functions call a :class:`Harness` that records every attempt (sequence
-numbers from one counter, monotonic timestamps, the outcome and the exception objects), so
-the checker derives the legitimately nondeterministic parts (which of two concurrently
-failing nodes failed first, whether a cancellation landed in the forward phase or in
-cleanup) from what actually happened, and verifies everything else against SPEC.
+numbers from one counter, timestamps, the outcome and the exception objects), so the
+checker derives the legitimately nondeterministic parts (which of two concurrently failing
+nodes failed first, whether a cancellation landed in the forward phase or in cleanup) from
+what actually happened, and verifies everything else against docs/contract.md#running.
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ import gc
 import itertools
 import logging
 import re
+import selectors
 import sys
 import time
 import types
 import warnings
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,11 +39,11 @@ from hypothesis import strategies as st
 from sdax_hamilton import (
     Acquisition,
     Driver,
-    ExecutionError,
     PreparedPlan,
     RetryableException,
-    failures,
+    RunEvent,
 )
+from sdax_hamilton.testing import jitter_seed
 
 DIAGNOSTICS_NOTE = "Additional execution/cleanup diagnostics: sdax_hamilton.failures(exception)"
 BAD_VALUE = "BADVALUE-never-log-me"
@@ -99,7 +100,8 @@ EXCEPTION_KINDS = (
 
 
 def default_retryable_set() -> tuple[type[BaseException], ...]:
-    """SPEC 2.1: ConnectionError, TimeoutError, our RetryableException (+ sdax's)."""
+    """The default set (docs/contract.md#declaration-signatures): ConnectionError,
+    TimeoutError, our RetryableException (+ sdax's)."""
     found: list[type[BaseException]] = [ConnectionError, TimeoutError, RetryableException]
     try:
         import sdax  # type: ignore[import-not-found, unused-ignore]
@@ -129,8 +131,8 @@ def resolved_set(index: int) -> tuple[type[BaseException], ...]:
 
 
 def is_retryable(exc: BaseException, retryable: tuple[type[BaseException], ...]) -> bool:
-    """SPEC 7.7: ``isinstance``; an ExceptionGroup only when every leaf is (flattening
-    descends ExceptionGroup only)."""
+    """``isinstance``; an ExceptionGroup only when every leaf is (flattening descends
+    ExceptionGroup only): docs/contract.md#retry-loop."""
     if isinstance(exc, ExceptionGroup):
         return all(is_retryable(leaf, retryable) for leaf in exc.exceptions)
     return isinstance(exc, retryable)
@@ -403,6 +405,10 @@ class RunState:
         self.log_messages: list[tuple[int, str]] = []
         self.problems: list[str] = []
         """Harness-side violations observed during the run."""
+        self.events: list[RunEvent] | None = None
+        """What the run's observer received; ``None``: the run had no observer."""
+        self.clock: Callable[[], float] = time.monotonic
+        """The harness's clock: real time, or the loop's clock under virtual time."""
 
     def seq(self) -> int:
         return next(self._seq)
@@ -457,7 +463,7 @@ class Harness:
             idx=idx,
             number=len(records),
             start_seq=state.seq(),
-            start_t=time.monotonic(),
+            start_t=state.clock(),
             kwargs=dict(kwargs),
             in_caller=asyncio.current_task() is state.caller,
         )
@@ -467,7 +473,7 @@ class Harness:
     def _end(self, rec: AttemptRec) -> None:
         state = self._state()
         rec.end_seq = state.seq()
-        rec.end_t = time.monotonic()
+        rec.end_t = state.clock()
         if rec.outcome is None:
             rec.outcome = "closed"
 
@@ -503,9 +509,10 @@ class Harness:
 
     async def _drain(self, rec: AttemptRec, seconds: float) -> None:
         """Keep running ``seconds`` after a cancellation, counting further cancellations."""
-        end = time.monotonic() + seconds
+        clock = self._state().clock
+        end = clock() + seconds
         while True:
-            remaining = end - time.monotonic()
+            remaining = end - clock()
             if remaining <= 0:
                 return
             try:
@@ -721,6 +728,31 @@ def compile_scenario(scenario: Scenario) -> Compiled:
     return Compiled(scenario, module, harness, plan, active, inputs)
 
 
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock stands still while callbacks are ready and jumps to the
+    next timer when none is: sleeps, timeouts and retry waits take no real time, and a
+    run's course depends only on its scenario and its jitter seed, never on the machine's
+    load. (The selector still polls, without blocking, for the loop's self-pipe.)"""
+
+    def __init__(self) -> None:
+        super().__init__(selectors.DefaultSelector())
+        self._virtual_now = 0.0
+        real_select = self._selector.select
+
+        def select(timeout: float | None = None) -> Any:
+            if timeout is None:
+                return real_select(None)
+            ready = real_select(0)
+            if not ready and timeout > 0:
+                self._virtual_now += timeout
+            return ready
+
+        self._selector.select = select  # type: ignore[method-assign]
+
+    def time(self) -> float:
+        return self._virtual_now
+
+
 async def _caller(compiled: Compiled, state: RunState) -> None:
     plan = compiled.plan
     # Timed cancellations count from the caller's first step, so they are armed here and not
@@ -736,10 +768,11 @@ async def _caller(compiled: Compiled, state: RunState) -> None:
         rec.seq = state.seq()
         rec.delivered = asyncio.current_task().cancel(rec.msg)  # type: ignore[union-attr]
     try:
+        observer = None if state.events is None else state.events.append
         if compiled.scenario.mode == "execute":
-            result: Any = await plan.execute(inputs=compiled.inputs)
+            result: Any = await plan.execute(inputs=compiled.inputs, observer=observer)
         else:
-            async with plan.open(inputs=compiled.inputs) as values:
+            async with plan.open(inputs=compiled.inputs, observer=observer) as values:
                 result = await compiled.harness.body(values)
     except BaseException as exc:  # the campaign inspects everything, KeyboardInterrupt too
         state.outcome = exc
@@ -755,15 +788,21 @@ async def _caller(compiled: Compiled, state: RunState) -> None:
             state.late.append(late)
 
 
-async def run_once(compiled: Compiled, concurrent: int = 1) -> list[RunState]:
+async def run_once(
+    compiled: Compiled, concurrent: int = 1, observe: Callable[[], bool] = lambda: False
+) -> list[RunState]:
     """``concurrent`` simultaneous runs of ``compiled`` on the running loop, each with its
-    own caller task and log; afterwards no task of theirs may be pending."""
+    own caller task and log (and an observer recording its events when ``observe()``);
+    afterwards no task of theirs may be pending."""
     loop = asyncio.get_running_loop()
     before = asyncio.all_tasks()
     states: list[RunState] = []
     tasks: list[asyncio.Task[None]] = []
     for _ in range(concurrent):
         state = RunState(compiled.scenario)
+        state.clock = loop.time if isinstance(loop, VirtualTimeLoop) else time.monotonic
+        if observe():
+            state.events = []
         context = contextvars.copy_context()
         context.run(CURRENT_RUN.set, state)
         task = loop.create_task(_caller(compiled, state), context=context)
@@ -798,25 +837,54 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def run_scenario(compiled: Compiled, runs: int = 1, concurrent: int = 1) -> list[RunState]:
+def run_scenario(
+    compiled: Compiled,
+    runs: int = 1,
+    concurrent: int = 1,
+    *,
+    observe: str = "alternate",
+    virtual_time: bool = False,
+    seed: int | None = None,
+) -> list[RunState]:
     """Run ``compiled`` ``runs`` times (each time ``concurrent`` runs at once) on a fresh
-    loop; check loop/GC hygiene as well."""
+    loop; check loop/GC hygiene as well.
+
+    ``observe``: which runs get an observer recording their events: ``"alternate"`` (every
+    other run, so that runs without observers are exercised too), ``"all"`` or ``"none"``.
+    ``virtual_time``: run on :class:`VirtualTimeLoop` (time moves only when nothing is
+    ready, so every run of a scenario unfolds identically). ``seed``: the runs' jitter seed
+    (``sdax_hamilton.testing.jitter_seed``).
+    """
     loop_errors: list[dict[str, Any]] = []
     _freeze_heap()
+    started = itertools.count()
+
+    def observed() -> bool:
+        number = next(started)
+        return observe == "all" or (observe == "alternate" and number % 2 == 0)
 
     async def main() -> list[RunState]:
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(lambda _loop, context: loop_errors.append(context))
         states = []
         for _ in range(runs):
-            states.extend(await run_once(compiled, concurrent))
+            states.extend(await run_once(compiled, concurrent, observed))
         gc.collect()
         await asyncio.sleep(0)
         return states
 
+    def run_all() -> list[RunState]:
+        factory = VirtualTimeLoop if virtual_time else loop_support.new_loop
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(main())
+
     with warnings.catch_warnings(record=True) as caught, capture_package_logs() as logs:
         warnings.simplefilter("always")
-        states = loop_support.run(main())
+        if seed is None:
+            states = run_all()
+        else:
+            with jitter_seed(seed):
+                states = run_all()
         loop_support.campaign_runs += len(states)
         gc.collect()
     for state in states:
@@ -832,620 +900,6 @@ def run_scenario(compiled: Compiled, runs: int = 1, concurrent: int = 1) -> list
     if hygiene:
         states[-1].problems.extend(hygiene)
     return states
-
-
-# ------------------------------------------------------------------------------------------
-# Checker
-# ------------------------------------------------------------------------------------------
-
-
-class Violation(AssertionError):
-    pass
-
-
-@dataclass
-class Expect:
-    kind: str
-    """obj | timeout | output | input | result | demoted."""
-    role: str
-    idx: int
-    required: bool
-    obj: BaseException | None = None
-    matched: bool = False
-    attempts: int | None = None
-    """Attempts made, which the failure's note must state (None: not checked)."""
-    leaf: BaseException | None = None
-    """The failure that matched."""
-
-
-def _final_success(rec: AttemptRec, check_outputs: bool) -> bool:
-    if rec.outcome in ("ok", "swallowed"):
-        return not (check_outputs and rec.value == BAD_VALUE)
-    return False
-
-
-def check_run(compiled: Compiled, state: RunState) -> None:
-    """Raise :class:`Violation` describing every SPEC rule the run broke."""
-    errors = _check(compiled, state)
-    if errors:
-        raise Violation(
-            "campaign run violated SPEC:\n- "
-            + "\n- ".join(errors)
-            + "\n\nscenario:\n"
-            + compiled.scenario.describe()
-            + "\n\nlog:\n"
-            + format_log(state)
-        )
-
-
-def format_log(state: RunState) -> str:
-    events: list[tuple[int, str]] = []
-    for (role, idx), recs in state.attempts.items():
-        for rec in recs:
-            events.append((rec.start_seq, f"start {role} {node_name(idx)} #{rec.number}"))
-            events.append(
-                (
-                    rec.end_seq if rec.end_seq is not None else 10**9,
-                    f"end   {role} {node_name(idx)} #{rec.number} {rec.outcome} "
-                    f"{rec.exc!r} cancels_seen={rec.cancels_seen} "
-                    f"dt={(rec.end_t or 0) - rec.start_t:.4f}",
-                )
-            )
-    for cancel in state.cancels:
-        events.append((cancel.seq, f"cancel {cancel.msg} by {cancel.issuer} -> {cancel.delivered}"))
-    if state.body is not None:
-        events.append((state.body.start_seq, "body start"))
-        events.append((state.body.end_seq or 10**9, f"body end {state.body.outcome}"))
-    if state.outcome_seq is not None:
-        outcome = state.outcome
-        events.append((state.outcome_seq, f"outcome {outcome!r} result={state.result!r}"))
-    events.sort()
-    return "\n".join(f"{seq:5d} {text}" for seq, text in events)
-
-
-def _check(compiled: Compiled, state: RunState) -> list[str]:
-    scenario = compiled.scenario
-    by_idx = {node.idx: node for node in scenario.nodes}
-    active = compiled.active
-    errors: list[str] = list(state.problems)
-    check_outputs = scenario.check_outputs
-    raised_ids = {id(exc) for exc in state.raised}
-
-    # -------------------------------------------------------------- per node, forward
-    expects: list[Expect] = []
-    incomplete: list[str] = []
-    any_cancelled_by_runtime = False
-    swallowed_caller_cancel = False
-    caller_msgs = {cancel.msg for cancel in state.cancels}
-    for (role, idx), recs in state.attempts.items():
-        for rec in recs:
-            for caught in rec.caught:
-                if caught.args and caught.args[0] in caller_msgs and rec.outcome == "swallowed":
-                    swallowed_caller_cancel = True
-            if rec.cancels_seen > 1:
-                errors.append(
-                    f"{role} {node_name(idx)} attempt {rec.number} was cancelled "
-                    f"{rec.cancels_seen} times (SPEC 7.9: cancelled once, further "
-                    "cancellations absorbed)"
-                )
-            if rec.end_seq is None:
-                errors.append(f"{role} {node_name(idx)} attempt {rec.number} never ended")
-            elif state.outcome_seq is not None and rec.end_seq > state.outcome_seq:
-                errors.append(
-                    f"{role} {node_name(idx)} attempt {rec.number} ended after the run "
-                    "returned to its caller (SPEC 7.3/7.10: results after every release)"
-                )
-            if rec.outcome == "closed":
-                errors.append(
-                    f"{role} {node_name(idx)} attempt {rec.number} was closed/abandoned "
-                    "mid-flight (not drained)"
-                )
-            if rec.outcome == "overran":
-                errors.append(f"{role} {node_name(idx)} overran: its timeout never fired")
-            if rec.outcome == "bad_input":
-                errors.append(f"{node_name(idx)} started with an input that is not an int")
-
-    for idx in sorted(by_idx):
-        node = by_idx[idx]
-        recs = state.records("node", idx)
-        if idx not in active:
-            if recs:
-                errors.append(f"{node.name} is not selected but ran")
-            continue
-        retryable = resolved_set(node.policy.retryable)
-        # each attempt's inputs are its dependencies' values
-        for rec in recs:
-            for dep in node.deps:
-                dep_recs = [r for r in state.records("node", dep) if r.returned]
-                if not dep_recs:
-                    errors.append(f"{node.name} started before its dependency {node_name(dep)}")
-                    continue
-                dep_rec = dep_recs[-1]
-                if dep_rec.end_seq is not None and dep_rec.end_seq > rec.start_seq:
-                    errors.append(
-                        f"{node.name} #{rec.number} started before {node_name(dep)} returned"
-                    )
-                if rec.kwargs.get(node_name(dep)) != dep_rec.value:
-                    errors.append(f"{node.name} got the wrong value for {node_name(dep)}")
-            if node.uses_input and rec.kwargs.get("x") != scenario.input_value:
-                errors.append(f"{node.name} got the wrong value for input x")
-        if len(recs) > 1 + node.policy.retries:
-            errors.append(
-                f"{node.name}: {len(recs)} attempts > 1 + retries ({node.policy.retries})"
-            )
-        for k in range(1, len(recs)):
-            prev, cur = recs[k - 1], recs[k]
-            if prev.end_seq is None or prev.end_seq > cur.start_seq:
-                errors.append(f"{node.name}: attempt {k} started while attempt {k - 1} ran")
-                continue
-            prev_retryable = (
-                prev.outcome == "raise"
-                and prev.exc is not None
-                and is_retryable(prev.exc, retryable)
-            ) or (
-                prev.outcome == "cancelled"
-                and node.policy.timeout is not None
-                and is_retryable(TimeoutError(), retryable)
-            )
-            if not prev_retryable:
-                errors.append(
-                    f"{node.name}: attempt {k} after a nonretryable outcome "
-                    f"{prev.outcome} {prev.exc!r}"
-                )
-            low, high = node.policy.delay_bounds(k - 1)
-            assert prev.end_t is not None
-            waited = cur.start_t - prev.end_t
-            if waited < low - EARLY_SLACK or waited > high + LATE_SLACK:
-                errors.append(
-                    f"{node.name}: waited {waited:.5f}s before retry {k - 1}, outside "
-                    f"[{low:.5f}, {high:.5f}]"
-                )
-        for rec in recs:
-            if rec.outcome in ("cancelled", "swallowed") and rec.end_t is not None:
-                if node.policy.timeout is not None and node.style != "sync":
-                    step = node.step(rec.number)
-                    limit = node.policy.timeout + step.drain + LATE_SLACK
-                    if rec.end_t - rec.start_t > limit:
-                        errors.append(f"{node.name} #{rec.number} ran past its timeout")
-        if not recs:
-            # never started: legitimate only when the run aborted (checked below), or when
-            # its input check failed (check_outputs=False and a bad dependency value)
-            dep_values = [[r for r in state.records("node", d) if r.returned] for d in node.deps]
-            if all(dep_values) and any(v[-1].value == BAD_VALUE for v in dep_values):
-                if check_outputs:
-                    pass  # the producer failed its output check; this node must not run
-                else:
-                    expects.append(Expect("input", "node", idx, required=False))
-            incomplete.append(node.name)
-            continue
-        last = recs[-1]
-        final = last.number == node.policy.retries
-        if last.outcome == "raise":
-            assert last.exc is not None
-            if final or not is_retryable(last.exc, retryable):
-                expects.append(
-                    Expect("obj", "node", idx, required=True, obj=last.exc, attempts=len(recs))
-                )
-            else:
-                # raised while the run aborted: may be kept as a diagnostic of the drain
-                expects.append(
-                    Expect("obj", "node", idx, required=False, obj=last.exc, attempts=len(recs))
-                )
-            incomplete.append(node.name)
-        elif last.outcome == "selfcancel":
-            expects.append(
-                Expect("obj", "node", idx, required=True, obj=last.exc, attempts=len(recs))
-            )
-            incomplete.append(node.name)
-        elif last.outcome == "cancelled":
-            if node.policy.timeout is not None and (
-                final or not is_retryable(TimeoutError(), retryable)
-            ):
-                expects.append(Expect("timeout", "node", idx, required=False, attempts=len(recs)))
-            if node.policy.timeout is None:
-                any_cancelled_by_runtime = True
-            incomplete.append(node.name)
-        elif last.outcome in ("ok", "swallowed"):
-            if check_outputs and last.value == BAD_VALUE:
-                # optional: a value returned while the run was already aborting is drained
-                # (the liveness rule below still demands it when nothing else failed)
-                expects.append(Expect("output", "node", idx, required=False, attempts=len(recs)))
-                incomplete.append(node.name)
-            if last.number < len(recs) - 1:
-                errors.append(f"{node.name}: attempts after a success")
-        else:
-            incomplete.append(node.name)
-
-    # -------------------------------------------------------------- releases
-    all_forward_end = max(
-        (
-            rec.end_seq
-            for (role, _idx), recs in state.attempts.items()
-            if role == "node"
-            for rec in recs
-            if rec.end_seq is not None
-        ),
-        default=-1,
-    )
-    release_starts: dict[int, int] = {}
-    release_ends: dict[int, int] = {}
-    for idx in sorted(by_idx):
-        node = by_idx[idx]
-        recs = state.records("release", idx)
-        forward = state.records("node", idx)
-        owed = node.owned and idx in active and bool(forward)
-        if not node.owned:
-            continue
-        if not owed:
-            if recs:
-                errors.append(f"release of {node.name} ran but its node never started")
-            continue
-        if not recs:
-            errors.append(f"release of {node.name} never ran (SPEC 7.3: exactly once)")
-            continue
-        release_starts[idx] = recs[0].start_seq
-        release_ends[idx] = max(r.end_seq or 10**9 for r in recs)
-        if recs[0].start_seq < all_forward_end:
-            errors.append(f"release of {node.name} started before the forward phase drained")
-        if state.body is not None and state.body.end_seq is not None:
-            if recs[0].start_seq < state.body.end_seq:
-                errors.append(f"release of {node.name} started before the body exited")
-        # the acquisition record
-        owner = forward[0]
-        for rec in recs:
-            if rec.acq is None:
-                continue
-            has_value, valid, raw, accessible = rec.acq
-            if has_value != owner.returned:
-                errors.append(
-                    f"release of {node.name}: has_value={has_value} but the node "
-                    f"{'returned' if owner.returned else 'never returned'}"
-                )
-            elif has_value:
-                if raw != owner.value:
-                    errors.append(f"release of {node.name}: raw_value is not what it returned")
-                want_valid = type(owner.value) is int
-                if valid != want_valid or accessible != want_valid:
-                    errors.append(f"release of {node.name}: is_valid={valid}, want {want_valid}")
-            elif valid or accessible:
-                errors.append(f"release of {node.name}: empty record reported valid")
-        policy = node.release_policy
-        retryable = resolved_set(policy.retryable)
-        if len(recs) > 1 + policy.retries:
-            errors.append(f"release of {node.name}: {len(recs)} attempts > 1 + retries")
-        for k in range(1, len(recs)):
-            prev, cur = recs[k - 1], recs[k]
-            if prev.end_seq is None or prev.end_seq > cur.start_seq:
-                errors.append(f"release of {node.name}: attempt {k} overlapped attempt {k - 1}")
-                continue
-            ok = (
-                prev.outcome == "raise"
-                and prev.exc is not None
-                and is_retryable(prev.exc, retryable)
-            ) or (
-                prev.outcome == "cancelled"
-                and policy.timeout is not None
-                and is_retryable(TimeoutError(), retryable)
-            )
-            if not ok:
-                errors.append(
-                    f"release of {node.name}: attempt {k} after nonretryable {prev.outcome}"
-                )
-            low, high = policy.delay_bounds(k - 1)
-            assert prev.end_t is not None
-            waited = cur.start_t - prev.end_t
-            if waited < low - EARLY_SLACK or waited > high + LATE_SLACK:
-                errors.append(
-                    f"release of {node.name}: waited {waited:.5f}s before retry {k - 1}, "
-                    f"outside [{low:.5f}, {high:.5f}]"
-                )
-        last = recs[-1]
-        final = last.number == policy.retries
-        if last.outcome == "raise":
-            assert last.exc is not None
-            if final or not is_retryable(last.exc, retryable):
-                expects.append(
-                    Expect("obj", "release", idx, required=True, obj=last.exc, attempts=len(recs))
-                )
-            else:
-                errors.append(f"release of {node.name}: retryable failure was not retried")
-        elif last.outcome == "selfcancel":
-            expects.append(
-                Expect("obj", "release", idx, required=True, obj=last.exc, attempts=len(recs))
-            )
-        elif last.outcome == "cancelled":
-            if policy.timeout is None:
-                errors.append(f"release of {node.name} was cancelled (releases are shielded)")
-            elif final or not is_retryable(TimeoutError(), retryable):
-                expects.append(Expect("timeout", "release", idx, required=True, attempts=len(recs)))
-            else:
-                errors.append(f"release of {node.name}: timeout was not retried")
-        elif last.outcome == "retval":
-            expects.append(Expect("result", "release", idx, required=True, attempts=len(recs)))
-        if policy.timeout is not None and node.release_style == "async":
-            for rec in recs:
-                if rec.outcome in ("cancelled", "swallowed") and rec.end_t is not None:
-                    limit = policy.timeout + node.release_step(rec.number).drain + LATE_SLACK
-                    if rec.end_t - rec.start_t > limit:
-                        errors.append(f"release of {node.name} #{rec.number} ran past timeout")
-
-    # release order: a resource's release waits for the releases of resources depending on it
-    dependents = _owned_dependents(scenario, active)
-    for idx, start in release_starts.items():
-        for dependent in dependents.get(idx, ()):
-            end = release_ends.get(dependent)
-            if end is not None and end > start:
-                errors.append(
-                    f"release of {node_name(idx)} started before the release of its "
-                    f"dependent {node_name(dependent)} completed"
-                )
-
-    # -------------------------------------------------------------- caller cancellations
-    body = state.body
-    outcome_seq = state.outcome_seq if state.outcome_seq is not None else 10**9
-    delivered = [c for c in state.cancels if c.delivered]
-    late = [c for c in delivered if c.seq > outcome_seq]
-    # A cancellation pending at entry reaches the runtime only if the run ever suspends; if
-    # it never does, the caller catches it afterwards (merged with any later request).
-    saw_cancel = isinstance(state.outcome, asyncio.CancelledError) or (
-        isinstance(state.outcome, BaseExceptionGroup)
-        and any(
-            isinstance(leaf, asyncio.CancelledError) and leaf.args[:1] != ("self-cancel",)
-            for leaf in state.outcome.exceptions
-        )
-    )
-    pending_late = [
-        c
-        for c in delivered
-        if c.issuer == "pending at entry" and state.late and not saw_cancel and body is None
-    ]
-    if bool(late) != bool(state.late) and not pending_late:
-        errors.append(f"late cancellations {late} vs caught after the run {state.late}")
-    runtime_cancels = [c for c in delivered if c.seq < outcome_seq and c not in pending_late]
-    body_cancels: list[CancelRec] = []
-    if body is not None:
-        body_cancels = [
-            c
-            for c in runtime_cancels
-            if body.start_seq < c.seq < (body.end_seq if body.end_seq is not None else 10**9)
-            # pending at entry and the forward phase never suspended: it lands in the body
-            or (c.issuer == "pending at entry" and body.outcome == "cancelled")
-        ]
-        runtime_cancels = [c for c in runtime_cancels if c not in body_cancels]
-        before_body = [c for c in runtime_cancels if c.seq < body.start_seq]
-        if before_body:
-            errors.append(f"the body ran although the caller was cancelled before: {before_body}")
-        if body_cancels and body.outcome != "cancelled":
-            errors.append("a cancellation requested during the body did not reach the body")
-    # A cancellation delivered at seq s reaches the caller's task at its next step, which
-    # begins by throwing it in; whatever that task starts afterwards is started knowingly.
-    suspended_cancels = [c for c in runtime_cancels if c.issuer != "pending at entry"]
-    if suspended_cancels:
-        first = min(c.seq for c in suspended_cancels)
-        for (role, idx), recs in state.attempts.items():
-            for rec in recs:
-                if role == "node" and rec.in_caller and rec.start_seq > first:
-                    errors.append(
-                        f"{node_name(idx)} attempt {rec.number} started in the caller's task "
-                        "after the caller's cancellation was delivered (SPEC 7.9 step 2)"
-                    )
-    cancel_landed_forward_possible = any(
-        c.seq < min(release_starts.values(), default=10**9) for c in runtime_cancels
-    )
-
-    # -------------------------------------------------------------- the primary
-    primary: BaseException | None = None
-    primary_is_cancel = False
-    demoted: BaseException | None = None
-    if body is not None and body.outcome == "cancelled":
-        primary = body.caught[0] if body.caught else None
-        primary_is_cancel = True
-    elif runtime_cancels:
-        primary_is_cancel = True
-        if body is not None and body.outcome == "raise":
-            demoted = body.exc
-    elif body is not None and body.outcome == "raise":
-        primary = body.exc
-    if demoted is not None:
-        expects.append(Expect("demoted", "body", -1, required=True, obj=demoted))
-
-    outcome = state.outcome
-    leaves: Sequence[BaseException] = ()
-    if primary_is_cancel:
-        if type(outcome) is not asyncio.CancelledError:
-            errors.append(f"caller was cancelled: expected CancelledError, got {outcome!r}")
-        elif primary is not None and outcome is not primary:
-            errors.append("the CancelledError raised is not the one the body raised")
-        elif primary is None:
-            msgs = {c.msg for c in runtime_cancels}
-            if not (outcome.args and outcome.args[0] in msgs) and not (
-                not outcome.args and swallowed_caller_cancel
-            ):
-                errors.append(
-                    f"the CancelledError raised {outcome.args} is not the caller's ({msgs})"
-                )
-        if isinstance(outcome, BaseException):
-            leaves = failures(outcome)
-            _check_note(outcome, leaves, errors)
-    elif primary is not None:
-        if outcome is not primary:
-            errors.append(f"the body's exception is not re-raised as itself: got {outcome!r}")
-        if isinstance(outcome, BaseException):
-            leaves = failures(outcome)
-            _check_note(outcome, leaves, errors)
-    elif outcome is not None:
-        if isinstance(outcome, BaseExceptionGroup):
-            leaves = outcome.exceptions
-            if all(isinstance(leaf, Exception) for leaf in leaves):
-                if not isinstance(outcome, ExecutionError):
-                    errors.append(f"group of Exceptions is not an ExecutionError: {outcome!r}")
-            elif isinstance(outcome, Exception):
-                errors.append("a group holding a BaseException must not be an Exception")
-        else:
-            errors.append(f"unexpected exception {outcome!r} (no primary, SPEC 7.11)")
-
-    # match leaves to expectations
-    unexplained: list[BaseException] = []
-    for leaf in leaves:
-        if not _match(leaf, expects, raised_ids):
-            unexplained.append(leaf)
-    for leaf in unexplained:
-        notes = getattr(leaf, "__notes__", None)
-        errors.append(f"unexplained failure {type(leaf).__name__}({leaf}) notes={notes}")
-    for expect in expects:
-        if expect.required and not expect.matched:
-            errors.append(
-                f"missing failure: {expect.kind} of {expect.role} {node_name(expect.idx)} "
-                f"{expect.obj!r}"
-            )
-    for leaf in leaves:
-        if BAD_VALUE in str(leaf):
-            errors.append(f"a failure message shows a graph value: {leaf!r}")
-
-    forward_failed = any(
-        e.matched and e.role == "node" and e.kind in ("obj", "timeout", "output", "input")
-        for e in expects
-    )
-    aborted = forward_failed or cancel_landed_forward_possible
-    if not aborted:
-        if incomplete:
-            errors.append(f"run not aborted but nodes did not complete: {incomplete}")
-        if any_cancelled_by_runtime:
-            errors.append("a node without timeout was cancelled although nothing aborted")
-    if body is not None and forward_failed:
-        errors.append("the body ran although the forward phase failed")
-    if scenario.mode == "open" and body is None and not aborted:
-        errors.append("the body never ran although nothing failed or cancelled the forward phase")
-
-    expected_result = None
-    if not incomplete:
-        expected_result = {
-            node_name(o): state.records("node", o)[-1].value for o in scenario.outputs
-        }
-    if primary is None and not primary_is_cancel and not leaves and outcome is None:
-        if state.result != expected_result:
-            errors.append(f"result {state.result!r} != expected {expected_result!r}")
-    if body is not None and expected_result is not None and state.body_values != expected_result:
-        errors.append(f"body values {state.body_values!r} != {expected_result!r}")
-    # SPEC 9: logs name nodes, never values (nor exception messages, which may hold them);
-    # retries are WARNINGs and failures ERRORs naming the node
-    for _level, message in state.log_messages:
-        if BAD_VALUE in message or "injected" in message:
-            errors.append(f"a log message shows a value or exception message: {message!r}")
-    for idx in sorted(active):
-        if len(state.records("node", idx)) > 1 and not any(
-            level == logging.WARNING and names_node(message, idx)
-            for level, message in state.log_messages
-        ):
-            errors.append(f"no WARNING names {node_name(idx)}, which was retried")
-    for expect in expects:
-        if expect.matched and expect.kind != "demoted":
-            if not any(
-                level == logging.ERROR and names_node(message, expect.idx)
-                for level, message in state.log_messages
-            ):
-                errors.append(f"no ERROR names {node_name(expect.idx)}, which failed")
-            if expect.attempts is not None and expect.leaf is not None:
-                notes = getattr(expect.leaf, "__notes__", None) or []
-                if not any(
-                    names_node(note, expect.idx)
-                    and re.search(rf"\b{expect.attempts} attempt", note)
-                    for note in notes
-                ):
-                    errors.append(
-                        f"failure of {expect.role} {node_name(expect.idx)} lacks a note with "
-                        f"its attempt count {expect.attempts}: {notes}"
-                    )
-    return errors
-
-
-def _check_note(exc: BaseException, attached: Sequence[BaseException], errors: list[str]) -> None:
-    notes = getattr(exc, "__notes__", None) or []
-    has_note = DIAGNOSTICS_NOTE in notes
-    if attached and not has_note:
-        errors.append("primary with diagnostics lacks the failures() note")
-    if not attached and has_note:
-        errors.append("primary without diagnostics carries the failures() note")
-    if notes.count(DIAGNOSTICS_NOTE) > 1:
-        errors.append("the failures() note was added more than once")
-
-
-def _names_in_notes(leaf: BaseException, idx: int, role: str | None = None) -> bool:
-    """A note of ``leaf`` names node ``idx`` (as the failure of ``role``, when given:
-    "release of 'n001' failed ..." for a release, "node 'n001' failed ..." for a node)."""
-    return any(
-        names_node(note, idx) and (role is None or ("release of " in note) == (role == "release"))
-        for note in getattr(leaf, "__notes__", None) or []
-    )
-
-
-def _match(leaf: BaseException, expects: list[Expect], raised_ids: set[int]) -> bool:
-    # required expectations first: notes of a node's and of its release's failure both
-    # name the node, and a runtime-made TimeoutError is otherwise indistinguishable
-    for expect in sorted(expects, key=lambda e: not e.required):
-        if expect.matched:
-            continue
-        if expect.kind in ("obj", "demoted"):
-            if leaf is expect.obj:
-                expect.matched = True
-                expect.leaf = leaf
-                if expect.kind == "obj" and not _names_in_notes(leaf, expect.idx):
-                    raise Violation(f"failure {leaf!r} lacks a note naming {node_name(expect.idx)}")
-                return True
-            continue
-        if id(leaf) in raised_ids:
-            continue
-        idx = expect.idx
-        if expect.kind == "timeout":
-            # a node's and its release's timeouts both name the node: the note's role decides
-            if type(leaf) is TimeoutError and _names_in_notes(leaf, idx, expect.role):
-                expect.matched = True
-                expect.leaf = leaf
-                return True
-        elif expect.kind == "output":
-            if type(leaf) is TypeError and f"Invalid output from {node_name(idx)}" in str(leaf):
-                expect.matched = True
-                expect.leaf = leaf
-                return True
-        elif expect.kind == "input":
-            if type(leaf) is TypeError and f"Invalid input for {node_name(idx)}." in str(leaf):
-                expect.matched = True
-                expect.leaf = leaf
-                return True
-        elif expect.kind == "result":
-            if (
-                type(leaf) is TypeError
-                and "Shutdown must return None" in str(leaf)
-                and names_node(str(leaf), idx)
-            ):
-                expect.matched = True
-                expect.leaf = leaf
-                return True
-    return False
-
-
-def _owned_dependents(scenario: Scenario, active: frozenset[int]) -> dict[int, set[int]]:
-    """owned idx -> owned active nodes that depend on it transitively (through anything)."""
-    by_idx = {node.idx: node for node in scenario.nodes}
-    consumers: dict[int, list[int]] = {}
-    for node in scenario.nodes:
-        if node.idx in active:
-            for dep in node.deps:
-                consumers.setdefault(dep, []).append(node.idx)
-    result: dict[int, set[int]] = {}
-    for node in scenario.nodes:
-        if not node.owned or node.idx not in active:
-            continue
-        seen: set[int] = set()
-        stack = list(consumers.get(node.idx, ()))
-        while stack:
-            cur = stack.pop()
-            if cur in seen:
-                continue
-            seen.add(cur)
-            stack.extend(consumers.get(cur, ()))
-        result[node.idx] = {i for i in seen if by_idx[i].owned}
-    return result
 
 
 # ------------------------------------------------------------------------------------------
@@ -1634,15 +1088,3 @@ def gen_scenario(ch: Chooser, max_nodes: int = 60) -> Scenario:
 @st.composite
 def scenarios(draw: st.DrawFn, max_nodes: int = 60) -> Scenario:
     return gen_scenario(DrawChooser(draw), max_nodes)
-
-
-def run_and_check(scenario: Scenario, runs: int = 1, concurrent: int = 1) -> list[RunState]:
-    """Compile, run ``runs`` times (one loop), check every run; dispose the module."""
-    compiled = compile_scenario(scenario)
-    try:
-        states = run_scenario(compiled, runs, concurrent)
-        for state in states:
-            check_run(compiled, state)
-        return states
-    finally:
-        compiled.dispose()
