@@ -153,6 +153,23 @@ def test_pipe_input_step_literal_is_checked(make_module: Any) -> None:
     )
 
 
+def test_step_positional_literal_is_checked(make_module: Any) -> None:
+    refused(
+        make_module,
+        """
+        def _add(v: int, amount: int) -> int:
+            return v + amount
+
+        @pipe_input(step(_add, "wrong"))
+        def a(v: int) -> int:
+            return v
+        """,
+        TypeError,
+        "parameter 'amount'",
+        "expects int, got str",
+    )
+
+
 def test_pipe_output_step_plain_literal_is_checked(make_module: Any) -> None:
     refused(
         make_module,
