@@ -133,11 +133,11 @@ class Builds(ResultBuilder):
 @pytest.mark.parametrize(
     ("adapter", "reason"),
     [
-        (Replaces(), "replaces node execution (do_node_execute)"),
-        (Builds(), "replaces the result (do_build_result)"),
+        (Replaces(), "(hamilton.lifecycle.NodeExecutionMethod) is refused: it replaces node "),
+        (Builds(), "(hamilton.lifecycle.ResultBuilder) is refused: it replaces the result"),
         (hamilton_base.DictResult(), "replaces the result (do_build_result)"),
         (hamilton_base.SimplePythonGraphAdapter(), "legacy Hamilton GraphAdapter"),
-        (Edges(), "replaces"),
+        (Edges(), "(hamilton.lifecycle.EdgeConnectionHook) is refused: it replaces"),
         (OnlyTasks(), "only task hooks"),
     ],
 )

@@ -102,6 +102,13 @@ def _lifecycle_set(adapters: Sequence[object]) -> Any:
     return LifecycleAdapterSet(*adapters)
 
 
+def _refused_kinds() -> tuple[type, ...]:
+    """Hamilton's public adapter classes whose methods replace what this Driver does."""
+    from hamilton.lifecycle import api  # type: ignore[import-untyped, unused-ignore]
+
+    return (api.NodeExecutionMethod, api.ResultBuilder, api.EdgeConnectionHook)
+
+
 def check_adapters(adapters: object) -> tuple[object, ...]:
     """Validate ``Driver(adapters=...)``: ``None`` or a sequence of lifecycle adapters.
 
@@ -144,7 +151,13 @@ def check_adapters(adapters: object) -> tuple[object, ...]:
                 _REFUSED_METHODS.get(method, f"it replaces Hamilton's {method} step")
                 for method in sorted(methods)
             ]
-            raise ValueError(f"Adapter {name} is refused: {'; '.join(reasons)}")
+            kinds = [
+                f"hamilton.lifecycle.{kind.__name__}"
+                for kind in _refused_kinds()
+                if isinstance(adapter, kind)
+            ]
+            what = f" ({', '.join(kinds)})" if kinds else ""
+            raise ValueError(f"Adapter {name}{what} is refused: {'; '.join(reasons)}")
         if not (hooks - _TASK_HOOKS) and not validators:
             raise ValueError(
                 f"Adapter {name} is refused: it has only task hooks "
