@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole Python suite (campaign included) from the one abi3 wheel, on every CPython >= 3.11
 # this machine has, under each event loop: asyncio and uvloop everywhere, asyncio's eager task
-# factory on 3.12+ (tests/loop_support.py reads SDAX_TEST_LOOP).
+# factory on 3.12+ (tests/support/loops.py reads SDAX_TEST_LOOP).
 #
 #   .ci/matrix.sh [WHEEL]     (no WHEEL: builds it with `maturin build --release`)
 #

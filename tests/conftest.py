@@ -1,13 +1,13 @@
 """Shared pytest setup: ``async def`` tests run on a fresh event loop each, of the kind
-``SDAX_TEST_LOOP`` chooses (asyncio, uvloop or eager: see ``loop_support.py``)."""
+``SDAX_TEST_LOOP`` chooses (asyncio, uvloop or eager: see ``support/loops.py``)."""
 
 from __future__ import annotations
 
 import inspect
 from typing import Any
 
-import loop_support
 import pytest
+from support import loops as loop_support
 from support.modules import load_module
 
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import loop_support
 import pytest
+from support import loops as loop_support
 
 from sdax_hamilton import Driver, execution, shutdown
 

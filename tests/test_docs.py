@@ -26,8 +26,8 @@ import types
 from dataclasses import dataclass
 from pathlib import Path
 
-import loop_support
 import pytest
+from support import loops as loop_support
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = (ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md")))

@@ -13,9 +13,9 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import loop_support
 import pandas as pd  # type: ignore[import-untyped, unused-ignore]
 import pytest
+from support import loops as loop_support
 
 from sdax_hamilton import Driver
 from sdax_hamilton._declarations import default_retryable_exceptions

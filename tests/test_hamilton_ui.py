@@ -1,7 +1,7 @@
 """The Hamilton UI's ``HamiltonTracker`` recording runs of this Driver in a real UI server.
 
 A session fixture starts the Hamilton UI (package ``apache-hamilton[ui,sdk]``) on loopback
-with a fresh sqlite database (``tests/hamilton_ui_server.py``), and stops it at the end.
+with a fresh sqlite database (``tests/support/ui_server.py``), and stops it at the end.
 The tests create a project through the UI's REST API, run graphs with a retried node and a
 release under the tracker, then read the runs back through the same API.
 
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hamilton_ui_server import USERNAME, HamiltonUI, free_port
+from support.ui_server import USERNAME, HamiltonUI, free_port
 
 from sdax_hamilton import Driver, ExecutionError
 

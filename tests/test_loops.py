@@ -1,4 +1,4 @@
-"""Every test runs on the loop ``SDAX_TEST_LOOP`` chooses (``loop_support.py``)."""
+"""Every test runs on the loop ``SDAX_TEST_LOOP`` chooses (``support/loops.py``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ast
 import asyncio
 from pathlib import Path
 
-import loop_support
+from support import loops as loop_support
 
 from sdax_hamilton import Driver
 
@@ -55,12 +55,12 @@ def test_loop_support_run_gets_the_chosen_loop(make_module: object) -> None:
 
 
 def test_no_test_makes_a_loop_of_its_own() -> None:
-    """Tests run coroutines through ``loop_support`` (or as ``async def`` tests), never with
+    """Tests run coroutines through ``support.loops`` (or as ``async def`` tests), never with
     ``asyncio.run``/``asyncio.Runner``/``new_event_loop`` of their own, which would leave the
     chosen loop untested there."""
     offenders: list[str] = []
     for path in sorted(TESTS.rglob("*.py")):
-        if path.name in ("loop_support.py", "test_loops.py"):
+        if path.name in ("loops.py", "test_loops.py"):
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         for node in ast.walk(tree):
@@ -75,7 +75,7 @@ def test_no_test_makes_a_loop_of_its_own() -> None:
 
 
 def test_the_campaign_counts_its_runs_on_this_loop() -> None:
-    import campaign_support
+    from support import campaign as campaign_support
 
     before = loop_support.campaign_runs
     scenario = campaign_support.gen_scenario(campaign_support.RandomChooser(7))

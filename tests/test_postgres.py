@@ -1,6 +1,6 @@
 """The guide's graph (examples/pg_*.py) on a real PostgreSQL server, with faults injected.
 
-The module starts its own server (tests/postgres_server.py): loopback only, a free port, a
+The module starts its own server (tests/support/postgres_server.py): loopback only, a free port, a
 temporary directory, stopped at the end. The campaign runs many requests concurrently while
 the server terminates their backends, some reads and writes sleep (pg_sleep) past their
 attempt timeout, some writes hit a duplicate key, a table lock now and then holds every
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from postgres_server import Server, ServerUnavailable, in_ci, start_server, unavailable
+from support.postgres_server import Server, ServerUnavailable, in_ci, start_server, unavailable
 
 try:
     import asyncpg

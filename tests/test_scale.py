@@ -14,8 +14,8 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-import loop_support
 import pytest
+from support import loops as loop_support
 
 from sdax_hamilton import Driver, ExecutionError
 

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import loop_support
 import pytest
+from support import loops as loop_support
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -27,7 +27,7 @@ TESTS = Path(__file__).resolve().parent
 LAUNCH = """
 import socket, sys
 import uvicorn
-import loop_support
+from support import loops as loop_support
 
 sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 sock.bind(("127.0.0.1", 0))

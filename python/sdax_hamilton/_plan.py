@@ -229,7 +229,9 @@ class PreparedPlan:
         inputs: Mapping[str, Any] | None = None,
         overrides: Mapping[str, Any] | None = None,
         observer: Observer | Sequence[Observer] | None = None,
-        timeout: float | None = None,
+        # The run's own budget, handed to the core (docs/lifecycle.md, "Deadlines and
+        # server-directed waits"); the caller's asyncio.timeout() composes with it.
+        timeout: float | None = None,  # noqa: ASYNC109
     ) -> dict[str, Any]:
         """Run the plan; return ``{output: value}`` after every release has finished.
 

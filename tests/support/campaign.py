@@ -33,7 +33,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import loop_support
 from hypothesis import strategies as st
 
 from sdax_hamilton import (
@@ -44,6 +43,7 @@ from sdax_hamilton import (
     RunEvent,
 )
 from sdax_hamilton.testing import jitter_seed
+from support import loops as loop_support
 
 DIAGNOSTICS_NOTE = "Additional execution/cleanup diagnostics: sdax_hamilton.failures(exception)"
 BAD_VALUE = "BADVALUE-never-log-me"
@@ -874,9 +874,7 @@ def run_scenario(
         return states
 
     def run_all() -> list[RunState]:
-        factory = VirtualTimeLoop if virtual_time else loop_support.new_loop
-        with asyncio.Runner(loop_factory=factory) as runner:
-            return runner.run(main())
+        return loop_support.run(main(), VirtualTimeLoop if virtual_time else None)
 
     with warnings.catch_warnings(record=True) as caught, capture_package_logs() as logs:
         warnings.simplefilter("always")

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from .. import _core
 from .._declarations import Acquisition
-from .runtime import TIMEOUT_MESSAGE
+from .runtime import TIMEOUT_MESSAGE, NodeRuntime, ReleaseRuntime
 from .state import BAD_INPUT, ELAPSED, RAISED, RETURNED, UNSTARTED, RunState
 
 _START: Final = _core.START
@@ -164,29 +164,14 @@ class AttemptMechanics(RunState):
     def _start(self, job: int, attempt_number: int, timeout: float | None) -> None:
         """Call the job's function now. An awaitable result joins ``_fresh``: the
         coordinator awaits it inline or launches it in a task of its own."""
-        n = self._n
         attempt = Attempt(job, attempt_number, timeout)
         self._running[job] = attempt
-        if job < n:
+        if job < self._n:
             node = self._nodes[job]
-            if attempt_number == 0:
-                # Arguments are read and checked once; retries reuse them.
-                try:
-                    kwargs = dict(node.defaults) if node.defaults else {}
-                    values = self._values
-                    for keyword, key in node.args:
-                        kwargs[keyword] = values[key]
-                    for keyword, check in node.input_checks:
-                        if not check(kwargs[keyword]):
-                            raise TypeError(f"Invalid input for {node.name}.{keyword}")
-                except Exception as exc:
-                    self._post((BAD_INPUT, attempt, exc))
-                    return
-                self._kwargs[job] = kwargs
-                if node.release is not None:
-                    self._acquisitions[job] = Acquisition()
-            else:
-                kwargs = self._kwargs[job]  # type: ignore[assignment]
+            # Arguments are read and checked once; retries reuse them.
+            kwargs = self._kwargs[job] if attempt_number else self._first_kwargs(node, attempt)
+            if kwargs is None:
+                return  # bad input, reported
             if self._watch:
                 self._reporter.attempt_started(
                     job, attempt_number + 1, self._was_clipped(job, attempt_number)
@@ -197,13 +182,7 @@ class AttemptMechanics(RunState):
                 self._post((RAISED, attempt, exc))
                 return
         else:
-            owner = self._nodes[job - n]
-            release = owner.release
-            if release is None:  # pragma: no cover - contract violation by the core
-                raise RuntimeError(f"sdax_hamilton internal error: no release for {owner.name!r}")
-            record = self._acquisitions[job - n]
-            if record is None:
-                record = Acquisition()
+            release, record = self._release_call(job)
             self._reporter.attempt_started(job, attempt_number + 1)
             try:
                 result = release.call(record)
@@ -215,6 +194,35 @@ class AttemptMechanics(RunState):
             self._fresh.append(attempt)
         else:
             self._post((RETURNED, attempt, result))
+
+    def _first_kwargs(self, node: NodeRuntime, attempt: Attempt) -> dict[str, Any] | None:
+        """The first attempt's arguments, read and checked; ``None`` after reporting bad
+        input. An owner gets its acquisition record here, once."""
+        job = attempt.job
+        try:
+            kwargs = dict(node.defaults) if node.defaults else {}
+            values = self._values
+            for keyword, key in node.args:
+                kwargs[keyword] = values[key]
+            for keyword, check in node.input_checks:
+                if not check(kwargs[keyword]):
+                    raise TypeError(f"Invalid input for {node.name}.{keyword}")
+        except Exception as exc:
+            self._post((BAD_INPUT, attempt, exc))
+            return None
+        self._kwargs[job] = kwargs
+        if node.release is not None:
+            self._acquisitions[job] = Acquisition()
+        return kwargs
+
+    def _release_call(self, job: int) -> tuple[ReleaseRuntime, Acquisition[Any]]:
+        """The release of release job ``job`` and the acquisition record it receives."""
+        owner = self._nodes[job - self._n]
+        release = owner.release
+        if release is None:  # pragma: no cover - contract violation by the core
+            raise RuntimeError(f"sdax_hamilton internal error: no release for {owner.name!r}")
+        record = self._acquisitions[job - self._n]
+        return release, Acquisition() if record is None else record
 
     def _was_clipped(self, job: int, attempt_number: int) -> bool:
         """Whether that forward attempt's START was clipped to the run's deadline."""
@@ -289,20 +297,7 @@ class AttemptMechanics(RunState):
         before = attempt.baseline = task.cancelling()
         timeout = attempt.timeout
         if timeout is not None:
-            # One timer per run serves every inline attempt: armed for the earliest pending
-            # deadline, re-armed when it fires early for a later one, never cancelled per
-            # attempt (a long inline chain would otherwise pile cancelled timer handles
-            # into the loop's heap without the loop ever running to clean them).
-            loop = self._loop
-            deadline = attempt.deadline = loop.time() + timeout
-            attempt.due = _monotonic() + timeout
-            self._inline_attempt = attempt
-            timer = self._inline_timer
-            if timer is None or self._inline_when > deadline:
-                if timer is not None:
-                    timer.cancel()
-                self._inline_when = deadline
-                self._inline_timer = loop.call_at(deadline, self._inline_tick)
+            self._arm_inline_timer(attempt, timeout)
         raised = False
         try:
             payload = await attempt.aw
@@ -319,10 +314,8 @@ class AttemptMechanics(RunState):
             # because the attempt was draining its timeout. Marked before the core's CANCEL.
             if timed_out:
                 attempt.state = _CANCELLED_TIMED_OUT
-            elif task.cancelling() > before:
-                attempt.state = _CANCELLED
             else:
-                attempt.state = _CANCEL_MISSED
+                attempt.state = _CANCELLED if task.cancelling() > before else _CANCEL_MISSED
             self._execute(self._run.cancel())
         # Nothing else is running, so no event can have been queued meanwhile: report now.
         if self._deadline is not None:
@@ -335,6 +328,22 @@ class AttemptMechanics(RunState):
         finally:
             # An exception's traceback holds this frame: no cycle through its locals.
             payload = None
+
+    def _arm_inline_timer(self, attempt: Attempt, timeout: float) -> None:
+        """One timer per run serves every inline attempt: armed for the earliest pending
+        deadline, re-armed when it fires early for a later one, never cancelled per attempt
+        (a long inline chain would otherwise pile cancelled timer handles into the loop's
+        heap without the loop ever running to clean them)."""
+        loop = self._loop
+        deadline = attempt.deadline = loop.time() + timeout
+        attempt.due = _monotonic() + timeout
+        self._inline_attempt = attempt
+        timer = self._inline_timer
+        if timer is None or self._inline_when > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._inline_when = deadline
+            self._inline_timer = loop.call_at(deadline, self._inline_tick)
 
     def _inline_tick(self) -> None:
         self._inline_timer = None

@@ -7,7 +7,7 @@
 ``eager``
     asyncio's loop with ``asyncio.eager_task_factory`` installed (CPython 3.12+).
 
-``async def`` tests (``conftest.py``), the campaign (``campaign_support.run_scenario``) and
+``async def`` tests (``conftest.py``), the campaign (``support.campaign.run_scenario``) and
 every test that runs a coroutine itself go through :func:`run` or :func:`new_loop`; a policy
 installed for the session (:func:`install_policy`) gives the same loop to code that calls
 ``asyncio.run`` as a user would (the docs' snippets). ``test_loops.py`` checks all of it.
@@ -20,7 +20,7 @@ import asyncio
 import os
 import sys
 import warnings
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -29,7 +29,7 @@ LOOPS = ("asyncio", "uvloop", "eager")
 NAME = os.environ.get("SDAX_TEST_LOOP", "").strip() or "asyncio"
 
 campaign_runs = 0
-"""Runs the campaign checked in this process (``campaign_support.run_scenario`` counts)."""
+"""Runs the campaign checked in this process (``support.campaign.run_scenario`` counts)."""
 
 
 class LoopChoiceError(RuntimeError):
@@ -70,9 +70,13 @@ def new_loop() -> asyncio.AbstractEventLoop:
     return loop
 
 
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` on a new loop of the chosen kind."""
-    with asyncio.Runner(loop_factory=new_loop) as runner:
+def run(
+    main: Coroutine[Any, Any, T],
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
+    """``asyncio.run(main)`` on a new loop of the chosen kind (or of ``loop_factory``, for
+    the campaign's virtual-time determinism re-runs)."""
+    with asyncio.Runner(loop_factory=loop_factory or new_loop) as runner:
         return runner.run(main)
 
 

@@ -1,6 +1,6 @@
 """A real Hamilton UI server on loopback for the tests, and a small client for its REST API.
 
-``python tests/hamilton_ui_server.py BASE_DIR PORT`` does what ``hamilton ui --no-open
+``python tests/support/ui_server.py BASE_DIR PORT`` does what ``hamilton ui --no-open
 --port PORT --base-dir BASE_DIR`` does (``hamilton_ui.commands.run``: create the directories,
 migrate the sqlite database, run Django's server with the ``mini`` settings), except that it
 binds ``127.0.0.1`` instead of ``0.0.0.0`` and runs without Django's autoreloader, so the
