@@ -33,6 +33,16 @@ _CoroutineType: Final = types.CoroutineType
 _monotonic: Final = time.monotonic
 
 
+def _due_clock(loop: asyncio.AbstractEventLoop) -> float:
+    """Now, on the clock a timer's due time is also checked against (see ``_sleep_over``):
+    ``time.monotonic()`` while the loop's clock keeps real time (uvloop's lags it by up to
+    a millisecond), else the loop's own clock: a loop that keeps virtual time (a test
+    loop) is never overruled by the real one."""
+    now = loop.time()
+    real = _monotonic()
+    return real if abs(real - now) < 1.0 else now
+
+
 class AttemptState(enum.IntEnum):
     """Where one attempt stands, from our side (the core knows the job's state).
 
@@ -126,7 +136,7 @@ class AttemptMechanics(RunState):
                 delay = arg or 0.0
                 loop = self._loop
                 self._sleeps[job] = loop.call_later(
-                    delay, self._sleep_over, job, loop.time() + delay, _monotonic() + delay
+                    delay, self._sleep_over, job, loop.time() + delay, _due_clock(loop) + delay
                 )
             elif op == _CANCEL:
                 self._cancel(job)
@@ -155,7 +165,7 @@ class AttemptMechanics(RunState):
         uvloop's timers fire up to a millisecond early against ``loop.time()`` (libuv's
         clock has millisecond resolution and is read once per iteration).
         """
-        rest = max(deadline - self._loop.time(), due - _monotonic())
+        rest = max(deadline - self._loop.time(), due - _due_clock(self._loop))
         if rest > 0.0:
             self._sleeps[job] = self._loop.call_later(rest, self._sleep_over, job, deadline, due)
             return
@@ -268,7 +278,7 @@ class AttemptMechanics(RunState):
             timeout = attempt.timeout
             if timeout is not None:
                 attempt.deadline = loop.time() + timeout
-                attempt.due = _monotonic() + timeout
+                attempt.due = _due_clock(loop) + timeout
                 attempt.timer = loop.call_later(timeout, self._on_timeout, attempt)
         self._fresh.clear()
 
@@ -336,7 +346,7 @@ class AttemptMechanics(RunState):
         heap without the loop ever running to clean them)."""
         loop = self._loop
         deadline = attempt.deadline = loop.time() + timeout
-        attempt.due = _monotonic() + timeout
+        attempt.due = _due_clock(loop) + timeout
         self._inline_attempt = attempt
         timer = self._inline_timer
         if timer is None or self._inline_when > deadline:
@@ -353,7 +363,7 @@ class AttemptMechanics(RunState):
         # Armed for an earlier attempt's deadline, or fired early (see ``_sleep_over``).
         loop = self._loop
         now = loop.time()
-        rest = max(attempt.deadline - now, attempt.due - _monotonic())
+        rest = max(attempt.deadline - now, attempt.due - _due_clock(loop))
         if rest > 0.0:
             self._inline_when = now + rest
             self._inline_timer = loop.call_later(rest, self._inline_tick)
@@ -382,7 +392,7 @@ class AttemptMechanics(RunState):
         if attempt.state == _CALLED:  # pragma: no cover - the task's first step is queued
             attempt.timer = self._loop.call_soon(self._on_timeout, attempt)
             return
-        rest = max(attempt.deadline - self._loop.time(), attempt.due - _monotonic())
+        rest = max(attempt.deadline - self._loop.time(), attempt.due - _due_clock(self._loop))
         if rest > 0.0:  # fired early (see ``_sleep_over``)
             attempt.timer = self._loop.call_later(rest, self._on_timeout, attempt)
             return
