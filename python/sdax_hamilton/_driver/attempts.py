@@ -117,9 +117,9 @@ class AttemptMechanics(RunState):
             elif op == _SLEEP:
                 delay = arg or 0.0
                 loop = self._loop
-                self._sleeps[job] = loop.call_later(
-                    delay, self._sleep_over, job, loop.time() + delay, _monotonic() + delay
-                )
+                deadline = loop.time() + delay
+                due = _monotonic() + delay if self._two_clocks else deadline
+                self._sleeps[job] = loop.call_later(delay, self._sleep_over, job, deadline, due)
             elif op == _CANCEL:
                 self._cancel(job)
             elif op == _STOP_SLEEP:
@@ -127,7 +127,7 @@ class AttemptMechanics(RunState):
                 if handle is not None:
                     self._sleeps[job] = None
                     handle.cancel()
-                self._reporter.retry_cancelled(job, self._run.attempts(job))
+                self._report().retry_cancelled(job, self._run.attempts(job))
             else:  # pragma: no cover - contract violation by the core
                 raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
 
@@ -136,7 +136,9 @@ class AttemptMechanics(RunState):
 
         A wait lasts at least its delay by the loop's clock and by the monotonic clock:
         uvloop's timers fire up to a millisecond early against ``loop.time()`` (libuv's
-        clock has millisecond resolution and is read once per iteration).
+        clock has millisecond resolution and is read once per iteration), asyncio's by up
+        to the clock's resolution. ``due`` is the monotonic deadline, the same as
+        ``deadline`` when the loop's clock is the monotonic one (``_two_clocks`` false).
         """
         rest = max(deadline - self._loop.time(), due - _monotonic())
         if rest > 0.0:
@@ -171,7 +173,7 @@ class AttemptMechanics(RunState):
             else:
                 kwargs = self._kwargs[job]  # type: ignore[assignment]
             if self._watch:
-                self._reporter.attempt_started(job, attempt_number + 1)
+                self._report().attempt_started(job, attempt_number + 1)
             try:
                 result = node.call(**kwargs)
             except BaseException as exc:
@@ -185,7 +187,8 @@ class AttemptMechanics(RunState):
             record = self._acquisitions[job - n]
             if record is None:
                 record = Acquisition()
-            self._reporter.attempt_started(job, attempt_number + 1)
+            if self._watch:
+                self._report().attempt_started(job, attempt_number + 1)
             try:
                 result = release.call(record)
             except BaseException as exc:
@@ -235,8 +238,8 @@ class AttemptMechanics(RunState):
             attempt.task = loop.create_task(self._attempt_task(attempt))
             timeout = attempt.timeout
             if timeout is not None:
-                attempt.deadline = loop.time() + timeout
-                attempt.due = _monotonic() + timeout
+                deadline = attempt.deadline = loop.time() + timeout
+                attempt.due = _monotonic() + timeout if self._two_clocks else deadline
                 attempt.timer = loop.call_later(timeout, self._on_timeout, attempt)
         self._fresh.clear()
 
@@ -271,7 +274,7 @@ class AttemptMechanics(RunState):
             # into the loop's heap without the loop ever running to clean them).
             loop = self._loop
             deadline = attempt.deadline = loop.time() + timeout
-            attempt.due = _monotonic() + timeout
+            attempt.due = _monotonic() + timeout if self._two_clocks else deadline
             self._inline_attempt = attempt
             timer = self._inline_timer
             if timer is None or self._inline_when > deadline:
@@ -286,7 +289,7 @@ class AttemptMechanics(RunState):
             raised = True
             payload = exc
         self._inline_attempt = None
-        timed_out = attempt.state == _TIMED_OUT
+        timed_out = attempt.state is _TIMED_OUT  # identity: cheaper than ==, same meaning
         if timed_out:
             task.uncancel()
         if self._abort_requested:
@@ -330,7 +333,7 @@ class AttemptMechanics(RunState):
             return  # the caller's cancellation is already on its way into the attempt
         attempt.state = _TIMED_OUT
         task.cancel()
-        self._reporter.attempt_timed_out(attempt.job, attempt.number + 1, attempt.timeout)
+        self._report().attempt_timed_out(attempt.job, attempt.number + 1, attempt.timeout)
 
     def _on_timeout(self, attempt: Attempt) -> None:
         attempt.timer = None
@@ -348,4 +351,4 @@ class AttemptMechanics(RunState):
             return
         attempt.state = _TIMED_OUT
         task.cancel()
-        self._reporter.attempt_timed_out(attempt.job, attempt.number + 1, attempt.timeout)
+        self._report().attempt_timed_out(attempt.job, attempt.number + 1, attempt.timeout)

@@ -21,6 +21,7 @@ from .state import BAD_INPUT, ELAPSED, RAISED, RETURNED, UNSTARTED, Event
 
 _CancelledError: Final = asyncio.CancelledError
 _CoroutineType: Final = types.CoroutineType
+_RUNNING: Final = AttemptState.RUNNING
 _CANCELLED: Final = AttemptState.CANCELLED
 _CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
 
@@ -63,12 +64,14 @@ class OutcomeHandling(AttemptMechanics):
             node = self._nodes[job]
             if node.release is not None:
                 self._acquisitions[job] = Acquisition(value, node.output_type)
-            if attempt.state >= _CANCELLED:
-                self._reporter.attempt_cancelled(job, number)
+            # ``is not _RUNNING`` first: the common case costs one identity test.
+            state = attempt.state
+            if state is not _RUNNING and state >= _CANCELLED:
+                self._report().attempt_cancelled(job, number)
                 self._execute(run.drained(job))
                 return
             if self._watch:
-                self._reporter.attempt_returned(job, number, attempt.timed_out)
+                self._report().attempt_returned(job, number, attempt.timed_out)
             check = node.output_check
             if check is not None:
                 try:
@@ -82,7 +85,7 @@ class OutcomeHandling(AttemptMechanics):
                     return
             self._values[node.name] = value
             if self._watch:
-                self._reporter.attempt_succeeded(job, number)
+                self._report().attempt_succeeded(job, number)
             self._execute(run.succeeded(job))
             return
         if attempt.state >= _CANCELLED:  # pragma: no cover - the core never cancels releases
@@ -92,7 +95,8 @@ class OutcomeHandling(AttemptMechanics):
             name = self._nodes[job - n].name
             self._fail(attempt, TypeError(f"Shutdown must return None: {name}"), False)
             return
-        self._reporter.attempt_succeeded(job, number)
+        if self._watch:
+            self._report().attempt_succeeded(job, number)
         self._execute(run.succeeded(job))
 
     def _raised(self, attempt: Attempt, exc: BaseException) -> None:
@@ -107,7 +111,7 @@ class OutcomeHandling(AttemptMechanics):
                 # fails the run, and is never taken for the drain of the abort
                 # (docs/lifecycle.md, "Cancellation").
                 self._failed_for_good(attempt, exc)
-                self._reporter.attempt_self_cancelled(job, number, exc)
+                self._report().attempt_self_cancelled(job, number, exc)
                 self._execute(self._run.drained(job))
                 return
             # Drained after the core cancelled it: its own cancellation is expected; anything
@@ -115,7 +119,7 @@ class OutcomeHandling(AttemptMechanics):
             error = None if isinstance(exc, _CancelledError) else exc
             if error is not None:
                 self._failed_for_good(attempt, error)
-            self._reporter.attempt_cancelled(job, number, error)
+            self._report().attempt_cancelled(job, number, error)
             self._execute(self._run.drained(job))
             return
         n = self._n
@@ -137,7 +141,7 @@ class OutcomeHandling(AttemptMechanics):
         delay, commands = self._run.failed(job, retryable)
         if delay is None:
             self._failed_for_good(attempt, exc)
-        self._reporter.attempt_failed(
+        self._report().attempt_failed(
             job, attempt.number + 1, exc, timed_out=attempt.timed_out, retry_delay=delay
         )
         self._execute(commands)
@@ -146,7 +150,7 @@ class OutcomeHandling(AttemptMechanics):
         self._end(attempt)
         job = attempt.job
         aw = attempt.aw
-        self._reporter.attempt_cancelled(job, attempt.number + 1)
+        self._report().attempt_cancelled(job, attempt.number + 1)
         if type(aw) is _CoroutineType:
             aw.close()  # never awaited: its body never ran
             if job < self._n and attempt.number == 0:
@@ -164,7 +168,7 @@ class OutcomeHandling(AttemptMechanics):
     def _bad_input(self, attempt: Attempt, exc: BaseException) -> None:
         self._running[attempt.job] = None
         self._failed_for_good(attempt, exc, before_first=True)
-        self._reporter.input_rejected(attempt.job, exc)
+        self._report().input_rejected(attempt.job, exc)
         # Nothing was called: no attempt counted, no release owed; the core aborts the run.
         self._execute(self._run.rejected(attempt.job))
 
@@ -187,5 +191,5 @@ class OutcomeHandling(AttemptMechanics):
             add_note_once(exc, note)
         except Exception:  # pragma: no cover - a user object with a broken __notes__
             pass
-        self._reporter.failed_for_good(job, exc, attempts)
-        self._record.failed(exc)
+        self._report().failed_for_good(job, exc, attempts)
+        self._failures().failed(exc)
