@@ -59,7 +59,6 @@ class OutcomeHandling(AttemptMechanics):
         job = attempt.job
         n = self._n
         run = self._run
-        number = attempt.number + 1
         if job < n:
             node = self._nodes[job]
             if node.release is not None:
@@ -67,11 +66,11 @@ class OutcomeHandling(AttemptMechanics):
             # ``is not _RUNNING`` first: the common case costs one identity test.
             state = attempt.state
             if state is not _RUNNING and state >= _CANCELLED:
-                self._report().attempt_cancelled(job, number)
+                self._report().attempt_cancelled(job, attempt.number + 1)
                 self._execute(run.drained(job))
                 return
             if self._watch:
-                self._report().attempt_returned(job, number, attempt.timed_out)
+                self._report().attempt_returned(job, attempt.number + 1, attempt.timed_out)
             check = node.output_check
             if check is not None:
                 try:
@@ -85,7 +84,7 @@ class OutcomeHandling(AttemptMechanics):
                     return
             self._values[node.name] = value
             if self._watch:
-                self._report().attempt_succeeded(job, number)
+                self._report().attempt_succeeded(job, attempt.number + 1)
             self._execute(run.succeeded(job))
             return
         if attempt.state >= _CANCELLED:  # pragma: no cover - the core never cancels releases
@@ -96,7 +95,7 @@ class OutcomeHandling(AttemptMechanics):
             self._fail(attempt, TypeError(f"Shutdown must return None: {name}"), False)
             return
         if self._watch:
-            self._report().attempt_succeeded(job, number)
+            self._report().attempt_succeeded(job, attempt.number + 1)
         self._execute(run.succeeded(job))
 
     def _raised(self, attempt: Attempt, exc: BaseException) -> None:
