@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import inspect
+import math
 import time
 import types
 from typing import Any, Final
@@ -32,15 +33,8 @@ _BAD_HINT: Final = _core.BAD_HINT
 _CoroutineType: Final = types.CoroutineType
 _monotonic: Final = time.monotonic
 
-
-def _due_clock(loop: asyncio.AbstractEventLoop) -> float:
-    """Now, on the clock a timer's due time is also checked against (see ``_sleep_over``):
-    ``time.monotonic()`` while the loop's clock keeps real time (uvloop's lags it by up to
-    a millisecond), else the loop's own clock: a loop that keeps virtual time (a test
-    loop) is never overruled by the real one."""
-    now = loop.time()
-    real = _monotonic()
-    return real if abs(real - now) < 1.0 else now
+# The due time of a loop whose clock is the only one that counts (``RunState._two_clocks``).
+_NO_DUE: Final = -math.inf
 
 
 class AttemptState(enum.IntEnum):
@@ -135,9 +129,9 @@ class AttemptMechanics(RunState):
             elif op == _SLEEP:
                 delay = arg or 0.0
                 loop = self._loop
-                self._sleeps[job] = loop.call_later(
-                    delay, self._sleep_over, job, loop.time() + delay, _due_clock(loop) + delay
-                )
+                deadline = loop.time() + delay
+                due = _monotonic() + delay if self._two_clocks else _NO_DUE
+                self._sleeps[job] = loop.call_later(delay, self._sleep_over, job, deadline, due)
             elif op == _CANCEL:
                 self._cancel(job)
             elif op == _STOP_SLEEP:
@@ -145,7 +139,7 @@ class AttemptMechanics(RunState):
                 if handle is not None:
                     self._sleeps[job] = None
                     handle.cancel()
-                self._reporter.retry_cancelled(job, self._run.attempts(job))
+                self._report().retry_cancelled(job, self._run.attempts(job))
             elif op == _START_CLIPPED:
                 clipped = self._clipped
                 assert clipped is not None  # only a run with a deadline is clipped
@@ -163,9 +157,11 @@ class AttemptMechanics(RunState):
 
         A wait lasts at least its delay by the loop's clock and by the monotonic clock:
         uvloop's timers fire up to a millisecond early against ``loop.time()`` (libuv's
-        clock has millisecond resolution and is read once per iteration).
+        clock has millisecond resolution and is read once per iteration), asyncio's by up
+        to the clock's resolution. ``due`` is the monotonic deadline, ``_NO_DUE`` when the
+        loop's clock is the only one that counts (``_two_clocks`` false).
         """
-        rest = max(deadline - self._loop.time(), due - _due_clock(self._loop))
+        rest = max(deadline - self._loop.time(), due - _monotonic())
         if rest > 0.0:
             self._sleeps[job] = self._loop.call_later(rest, self._sleep_over, job, deadline, due)
             return
@@ -183,7 +179,7 @@ class AttemptMechanics(RunState):
             if kwargs is None:
                 return  # bad input, reported
             if self._watch:
-                self._reporter.attempt_started(
+                self._report().attempt_started(
                     job, attempt_number + 1, self._was_clipped(job, attempt_number)
                 )
             try:
@@ -193,7 +189,8 @@ class AttemptMechanics(RunState):
                 return
         else:
             release, record = self._release_call(job)
-            self._reporter.attempt_started(job, attempt_number + 1)
+            if self._watch:
+                self._report().attempt_started(job, attempt_number + 1)
             try:
                 result = release.call(record)
             except BaseException as exc:
@@ -278,7 +275,7 @@ class AttemptMechanics(RunState):
             timeout = attempt.timeout
             if timeout is not None:
                 attempt.deadline = loop.time() + timeout
-                attempt.due = _due_clock(loop) + timeout
+                attempt.due = _monotonic() + timeout if self._two_clocks else _NO_DUE
                 attempt.timer = loop.call_later(timeout, self._on_timeout, attempt)
         self._fresh.clear()
 
@@ -315,7 +312,7 @@ class AttemptMechanics(RunState):
             raised = True
             payload = exc
         self._inline_attempt = None
-        timed_out = attempt.state == _TIMED_OUT
+        timed_out = attempt.state is _TIMED_OUT  # identity: cheaper than ==, same meaning
         if timed_out:
             task.uncancel()
         if self._abort_requested:
@@ -346,7 +343,7 @@ class AttemptMechanics(RunState):
         heap without the loop ever running to clean them)."""
         loop = self._loop
         deadline = attempt.deadline = loop.time() + timeout
-        attempt.due = _due_clock(loop) + timeout
+        attempt.due = _monotonic() + timeout if self._two_clocks else _NO_DUE
         self._inline_attempt = attempt
         timer = self._inline_timer
         if timer is None or self._inline_when > deadline:
@@ -363,7 +360,7 @@ class AttemptMechanics(RunState):
         # Armed for an earlier attempt's deadline, or fired early (see ``_sleep_over``).
         loop = self._loop
         now = loop.time()
-        rest = max(attempt.deadline - now, attempt.due - _due_clock(loop))
+        rest = max(attempt.deadline - now, attempt.due - _monotonic())
         if rest > 0.0:
             self._inline_when = now + rest
             self._inline_timer = loop.call_later(rest, self._inline_tick)
@@ -375,7 +372,7 @@ class AttemptMechanics(RunState):
             return  # the caller's cancellation is already on its way into the attempt
         attempt.state = _TIMED_OUT
         task.cancel(TIMEOUT_MESSAGE)
-        self._reporter.attempt_timed_out(
+        self._report().attempt_timed_out(
             attempt.job,
             attempt.number + 1,
             attempt.timeout,
@@ -392,13 +389,13 @@ class AttemptMechanics(RunState):
         if attempt.state == _CALLED:  # pragma: no cover - the task's first step is queued
             attempt.timer = self._loop.call_soon(self._on_timeout, attempt)
             return
-        rest = max(attempt.deadline - self._loop.time(), attempt.due - _due_clock(self._loop))
+        rest = max(attempt.deadline - self._loop.time(), attempt.due - _monotonic())
         if rest > 0.0:  # fired early (see ``_sleep_over``)
             attempt.timer = self._loop.call_later(rest, self._on_timeout, attempt)
             return
         attempt.state = _TIMED_OUT
         task.cancel(TIMEOUT_MESSAGE)
-        self._reporter.attempt_timed_out(
+        self._report().attempt_timed_out(
             attempt.job,
             attempt.number + 1,
             attempt.timeout,

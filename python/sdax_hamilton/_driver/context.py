@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import types
 from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
@@ -21,12 +22,12 @@ from .attempts import Attempt, AttemptState
 from .outcomes import OutcomeHandling
 from .reporter import Reporter
 from .runtime import NodeRuntime
-from .state import ABORT
 
 _CancelledError: Final = asyncio.CancelledError
 _CoroutineType: Final = types.CoroutineType
 _CALLED: Final = AttemptState.CALLED
-_CANCELLED: Final = AttemptState.CANCELLED
+_MONOTONIC_LOOP_TIME: Final = asyncio.BaseEventLoop.time
+_monotonic: Final = time.monotonic
 
 JITTER_SEED: ContextVar[int | None] = ContextVar("sdax_hamilton_jitter_seed", default=None)
 """Set by ``sdax_hamilton.testing.jitter_seed``: seeds every run opened meanwhile."""
@@ -77,8 +78,17 @@ class RunContext(OutcomeHandling):
         n = self._n
         if len(self._plan) != n:
             raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
-        self._run = _core.Run(self._plan, self._seed, instant_retries=self._instant)
-        self._loop = asyncio.get_running_loop()
+        if self._instant:
+            self._run = _core.Run(self._plan, self._seed, instant_retries=True)
+        else:  # a keyword argument costs a run ~0.15 µs in the bindings
+            self._run = _core.Run(self._plan, self._seed)
+        loop = self._loop = asyncio.get_running_loop()
+        # asyncio's own loops read time.monotonic(); others (uvloop) have a clock of their
+        # own, so timers are checked against both (``AttemptMechanics._sleep_over``).
+        # A loop keeping virtual time (a test loop) has only its own clock.
+        self._two_clocks = (
+            type(loop).time is not _MONOTONIC_LOOP_TIME and abs(loop.time() - _monotonic()) < 1.0
+        )
         if asyncio.current_task() is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
         budget = self._budget
@@ -91,16 +101,14 @@ class RunContext(OutcomeHandling):
         self._sleeps = [None] * (2 * n)
         self._kwargs = [None] * n
         self._acquisitions = [None] * n
-        reporter = self._reporter = Reporter(
-            [node.name for node in self._nodes], self._observers, self._loop, self._terminated
-        )
-        self._watch = reporter.watching
-        reporter.run_started(self._plan.nodes, self._deadline)
-        if not self._record.clean:  # the observer raised KeyboardInterrupt/SystemExit
-            self._fail_run()  # nothing ran: nothing to clean up
+        self._watch = Reporter.wants_attempts(self._observers)
+        if self._observers is not None or budget is not None:
+            self._report().run_started(self._plan.nodes, self._deadline)
+            if self._record is not None:  # the observer raised KeyboardInterrupt/SystemExit
+                self._fail_run()  # nothing ran: nothing to clean up
 
         await self._phase(self._forward(), False)
-        if self._record.clean:
+        if self._record is None:
             values = self._values
             return {name: values[name] for name in self._outputs}
         await self._cleanup()
@@ -114,16 +122,17 @@ class RunContext(OutcomeHandling):
     ) -> bool:
         try:
             if exc is not None:
-                self._record.body_raised(exc)
+                self._failures().body_raised(exc)
             await self._cleanup()
-            outcome = self._finish(self._record.outcome())
+            record = self._record
+            outcome = self._finish(None if record is None else record.outcome())
             if outcome is None or outcome is exc:
                 return False  # the body's own exception (if any) propagates unchanged
             raise outcome
         finally:
             # The raised exception's traceback holds this frame: drop what it would keep
             # alive in a cycle (the way asyncio's TaskGroup does).
-            exc = traceback = outcome = None  # noqa: F841
+            exc = traceback = outcome = record = None  # noqa: F841
 
     def _fail_run(self) -> NoReturn:
         """Raise the outcome of a run that failed before its body could run."""
@@ -142,36 +151,38 @@ class RunContext(OutcomeHandling):
         frames) forms no reference cycle: a failed run is freed by reference counting
         alone (tests/test_driver_memory.py).
         """
-        record = self._record
-        primary = record.primary
-        self._reporter.run_finished(outcome)
-        if record.primary is not primary:  # the observer raised KeyboardInterrupt/SystemExit
-            outcome = record.outcome()
-        self._dispose()
+        if self._observers is not None:
+            record = self._failures()
+            primary = record.primary
+            self._report().run_finished(outcome)
+            if record.primary is not primary:  # the observer raised KeyboardInterrupt/SystemExit
+                outcome = record.outcome()
+            self._drop_listeners()
+        if self._record is not None:
+            self._dispose()
         return outcome
 
-    def _dispose(self) -> None:
+    def _drop_listeners(self) -> None:
         self._observers = None
-        self._reporter.close()
-        self._record.clear()
+        if self._reporter is not None:
+            self._reporter.close()
+
+    def _dispose(self) -> None:
+        self._record = None
         self._events.clear()
         self._internal = None
 
     def _outcome_or_internal(self) -> BaseException:
-        outcome = self._record.outcome()
+        outcome = self._failures().outcome()
         if outcome is None:  # pragma: no cover - defensive: the core ended a phase early
             return RuntimeError("sdax_hamilton internal error: forward phase ended incomplete")
         return outcome
 
-    def _terminated(self, exc: BaseException) -> None:
-        """An observer raised ``KeyboardInterrupt``/``SystemExit``: stop like a node would."""
-        self._record.terminate(exc)
-        self._post((ABORT, None, None))
-
     # ----------------------------------------------------------------- phases
 
     async def _cleanup(self) -> None:
-        self._reporter.shutdown_started()
+        if self._observers is not None:
+            self._report().shutdown_started()
         commands = self._run.begin_shutdown()
         if commands or not self._run.finished:  # a release is owed: run them in a task
             await self._phase(self._shutdown(commands), True)
@@ -211,7 +222,9 @@ class RunContext(OutcomeHandling):
         self._phase_task = None  # finished: an open() body does not keep it alive
         internal = self._internal
         if internal is not None:
-            self._dispose()  # run_finished was emitted when the coordinator gave up
+            # run_finished was emitted when the coordinator gave up
+            self._drop_listeners()
+            self._dispose()
             try:
                 raise internal
             finally:
@@ -245,7 +258,7 @@ class RunContext(OutcomeHandling):
                 "sdax_hamilton internal error: the shutdown task was cancelled before it began"
             )
         else:
-            self._record.caller_cancelled(_CancelledError(), False)
+            self._failures().caller_cancelled(_CancelledError(), False)
         self._phase_over_now()
 
     async def _forward(self) -> None:
@@ -297,7 +310,7 @@ class RunContext(OutcomeHandling):
                     not shutdown
                     and len(fresh) == 1
                     and self._live == 0
-                    and fresh[0].state < _CANCELLED
+                    and fresh[0].state is _CALLED  # not cancelled since the call
                     and run.pending == 1
                 ):
                     await self._inline(fresh.pop())
@@ -312,16 +325,16 @@ class RunContext(OutcomeHandling):
             except _CancelledError as exc:
                 self._waiter = None
                 if shutdown:  # not the caller's (never passed on): someone cancelled our task
-                    self._record.caller_cancelled(exc, True)
+                    self._failures().caller_cancelled(exc, True)
                     continue
                 if not self._abort_requested:  # not passed on by us: taken as the caller's
                     self._abort_requested = True
-                    self._record.caller_cancelled(exc, False)
+                    self._failures().caller_cancelled(exc, False)
                 self._execute(run.cancel())
 
     def _abandon(self, exc: BaseException) -> None:
         """Internal failure of the coordinator: stop everything we started (best effort)."""
-        self._reporter.run_finished(exc)
+        self._report().run_finished(exc)
         attempt: Attempt | None
         for attempt in self._running:
             if attempt is not None:
@@ -339,7 +352,7 @@ class RunContext(OutcomeHandling):
 
     def _caller_cancelled(self, exc: BaseException, shutdown: bool) -> None:
         """The caller's task was cancelled while waiting for a phase."""
-        self._record.caller_cancelled(exc, shutdown)
+        self._failures().caller_cancelled(exc, shutdown)
         if not shutdown:  # cleanup is never abandoned
             self._request_abort()
 

@@ -23,6 +23,7 @@ from .state import BAD_INPUT, ELAPSED, RAISED, RETURNED, UNSTARTED, Event
 
 _CancelledError: Final = asyncio.CancelledError
 _CoroutineType: Final = types.CoroutineType
+_RUNNING: Final = AttemptState.RUNNING
 _CANCELLED: Final = AttemptState.CANCELLED
 _CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
 _HINT: Final = _core.HINT
@@ -70,17 +71,18 @@ class OutcomeHandling(AttemptMechanics):
         job = attempt.job
         n = self._n
         run = self._run
-        number = attempt.number + 1
         if job < n:
             node = self._nodes[job]
             if node.release is not None:
                 self._acquisitions[job] = Acquisition(value, node.output_type)
-            if attempt.state >= _CANCELLED:
-                self._reporter.attempt_cancelled(job, number)
+            # ``is not _RUNNING`` first: the common case costs one identity test.
+            state = attempt.state
+            if state is not _RUNNING and state >= _CANCELLED:
+                self._report().attempt_cancelled(job, attempt.number + 1)
                 self._execute(run.drained(job))
                 return
             if self._watch:
-                self._reporter.attempt_returned(job, number, attempt.timed_out)
+                self._report().attempt_returned(job, attempt.number + 1, attempt.timed_out)
             check = node.output_check
             if check is not None:
                 try:
@@ -94,7 +96,7 @@ class OutcomeHandling(AttemptMechanics):
                     return
             self._values[node.name] = value
             if self._watch:
-                self._reporter.attempt_succeeded(job, number)
+                self._report().attempt_succeeded(job, attempt.number + 1)
             self._execute(run.succeeded(job))
             return
         if attempt.state >= _CANCELLED:  # pragma: no cover - the core never cancels releases
@@ -104,7 +106,8 @@ class OutcomeHandling(AttemptMechanics):
             name = self._nodes[job - n].name
             self._fail(attempt, TypeError(f"Shutdown must return None: {name}"), False)
             return
-        self._reporter.attempt_succeeded(job, number)
+        if self._watch:
+            self._report().attempt_succeeded(job, attempt.number + 1)
         self._execute(run.succeeded(job))
 
     def _raised(self, attempt: Attempt, exc: BaseException) -> None:
@@ -119,7 +122,7 @@ class OutcomeHandling(AttemptMechanics):
                 # fails the run, and is never taken for the drain of the abort
                 # (docs/lifecycle.md, "Cancellation").
                 self._failed_for_good(attempt, exc)
-                self._reporter.attempt_self_cancelled(job, number, exc)
+                self._report().attempt_self_cancelled(job, number, exc)
                 self._execute(self._run.drained(job))
                 return
             # Drained after the core cancelled it: its own cancellation is expected; anything
@@ -127,7 +130,7 @@ class OutcomeHandling(AttemptMechanics):
             error = None if isinstance(exc, _CancelledError) else exc
             if error is not None:
                 self._failed_for_good(attempt, error)
-            self._reporter.attempt_cancelled(job, number, error)
+            self._report().attempt_cancelled(job, number, error)
             self._execute(self._run.drained(job))
             return
         n = self._n
@@ -156,11 +159,11 @@ class OutcomeHandling(AttemptMechanics):
             if self._deadline is not None or problem is not None:
                 skipped = self._note_why(attempt, exc, commands, problem)
         number = attempt.number + 1
-        self._reporter.attempt_failed(
+        self._report().attempt_failed(
             job, number, exc, timed_out=attempt.timed_out, retry_delay=delay
         )
         if skipped is not None:
-            self._reporter.retry_skipped(job, number, exc, skipped[0])
+            self._report().retry_skipped(job, number, exc, skipped[0])
         self._execute(commands)
 
     def _ask_hook(
@@ -185,7 +188,7 @@ class OutcomeHandling(AttemptMechanics):
         except BaseException as hook_error:
             problem = f"raised {type(hook_error).__qualname__}"
             if isinstance(hook_error, _TERMINATION):  # stops the run, like out of a node
-                self._record.terminate(hook_error)
+                self._failures().terminate(hook_error)
                 self._execute(run.cancel())
             else:  # kept with the failure it was asked about (``failures(exc)``)
                 attach_failures(exc, (hook_error,))
@@ -217,7 +220,7 @@ class OutcomeHandling(AttemptMechanics):
         ``retry_after`` hook decided it. Returns ``(wait,)`` when a retry was skipped for lack
         of time (``wait``: the one that did not fit, ``None`` once the deadline had passed)."""
         job = attempt.job
-        subject = self._reporter.subject(job)
+        subject = self._report().subject(job)
         notes: list[str] = []
         skipped: tuple[float | None] | None = None
         clipped = attempt.timed_out and self._was_clipped(job, attempt.number)
@@ -230,7 +233,7 @@ class OutcomeHandling(AttemptMechanics):
             notes.append(
                 f"sdax_hamilton: {subject}: its retry_after hook {problem}; the retry was not taken"
             )
-            self._reporter.hint_unusable(job, attempt.number + 1, problem)
+            self._report().hint_unusable(job, attempt.number + 1, problem)
         for op, command_job, _number, arg in commands:
             if op == _NO_ROOM and command_job == job:
                 skipped = (arg,)
@@ -255,17 +258,17 @@ class OutcomeHandling(AttemptMechanics):
         """EXPIRE: the run's deadline passed before attempt ``attempt_number`` of ``job``
         could start; the job fails with a ``TimeoutError``."""
         error = TimeoutError("the run's timeout expired")
-        subject = self._reporter.subject(job)
+        subject = self._report().subject(job)
         when = f"attempt {attempt_number + 1} could start" if attempt_number else "it could start"
         self._failed_for_good(Attempt(job, attempt_number, None), error, attempt_number == 0)
         add_note_once(error, f"sdax_hamilton: {subject}: the run's timeout expired before {when}")
-        self._reporter.deadline_expired(job, attempt_number + 1, error)
+        self._report().deadline_expired(job, attempt_number + 1, error)
 
     def _unstarted(self, attempt: Attempt) -> None:
         self._end(attempt)
         job = attempt.job
         aw = attempt.aw
-        self._reporter.attempt_cancelled(job, attempt.number + 1)
+        self._report().attempt_cancelled(job, attempt.number + 1)
         if type(aw) is _CoroutineType:
             aw.close()  # never awaited: its body never ran
             if job < self._n and attempt.number == 0:
@@ -283,7 +286,7 @@ class OutcomeHandling(AttemptMechanics):
     def _bad_input(self, attempt: Attempt, exc: BaseException) -> None:
         self._running[attempt.job] = None
         self._failed_for_good(attempt, exc, before_first=True)
-        self._reporter.input_rejected(attempt.job, exc)
+        self._report().input_rejected(attempt.job, exc)
         # Nothing was called: no attempt counted, no release owed; the core aborts the run.
         self._execute(self._run.rejected(attempt.job))
 
@@ -306,5 +309,5 @@ class OutcomeHandling(AttemptMechanics):
             add_note_once(exc, note)
         except Exception:  # pragma: no cover - a user object with a broken __notes__
             pass
-        self._reporter.failed_for_good(job, exc, attempts)
-        self._record.failed(exc)
+        self._report().failed_for_good(job, exc, attempts)
+        self._failures().failed(exc)

@@ -22,20 +22,19 @@ class FailureRecord:
     primary, the secondary ones become an ``ExecutionError`` (or a ``BaseExceptionGroup``).
     """
 
-    __slots__ = ("primary", "secondary")
+    __slots__ = ("clean", "primary", "secondary")
 
     def __init__(self) -> None:
+        self.clean = True
+        """Nothing failed (yet). An attribute, not a property: the run reads it on its hot
+        path."""
         self.primary: BaseException | None = None
         self.secondary: list[BaseException] = []
-
-    @property
-    def clean(self) -> bool:
-        """Nothing failed (yet)."""
-        return self.primary is None and not self.secondary
 
     def body_raised(self, exc: BaseException) -> None:
         """The ``open()`` body raised: its exception is the primary (forward phase was clean
         or the body would not have run)."""
+        self.clean = False
         self.primary = exc
 
     def caller_cancelled(self, exc: BaseException, shutdown: bool) -> None:
@@ -45,6 +44,7 @@ class FailureRecord:
         a cancellation demotes an earlier primary (a body exception) to secondary, except
         a process termination (``KeyboardInterrupt``/``SystemExit``), which stays primary.
         """
+        self.clean = False
         primary = self.primary
         if primary is None:
             self.primary = exc
@@ -61,6 +61,7 @@ class FailureRecord:
     def terminate(self, exc: BaseException) -> None:
         """A ``KeyboardInterrupt`` / ``SystemExit`` out of a node, release or observer: the
         first one is the primary, whatever was there before (that becomes secondary)."""
+        self.clean = False
         primary = self.primary
         if primary is None:
             self.primary = exc
@@ -75,6 +76,7 @@ class FailureRecord:
         if isinstance(exc, _TERMINATION):
             self.terminate(exc)
         else:
+            self.clean = False
             self.secondary.append(exc)
 
     def outcome(self) -> BaseException | None:
@@ -88,8 +90,3 @@ class FailureRecord:
         if self.secondary:
             return failure_group(self.secondary)
         return None
-
-    def clear(self) -> None:
-        """Drop every reference (the run is over; its outcome has been taken)."""
-        self.primary = None
-        self.secondary = []

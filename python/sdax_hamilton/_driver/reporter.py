@@ -4,6 +4,10 @@ Logs (logger ``sdax_hamilton``) and observers (``observer=``, docs/api.md "Obser
 sit behind it; so can other listeners (Hamilton lifecycle adapters, say): each moment of a
 run is one method here, called once, by the driver, in causal order.
 
+Adding a kind of listener: call it from these methods, make :meth:`Reporter.wants_attempts`
+say yes when it is present, and widen the run's ``self._observers is not None`` tests
+around the whole-run calls (``context.py``) to it.
+
 Jobs are the core's job ids: ``job < n`` is the forward job of node ``job``; ``job >= n``
 the release of node ``job - n``. Attempt numbers are 1-based, as in logs and events.
 """
@@ -17,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Final
 
 from .._observe import EventKind, Observer, RunEvent
+from .runtime import NodeRuntime
 
 logger = logging.getLogger("sdax_hamilton")
 
@@ -32,11 +37,13 @@ def plural(count: int) -> str:
 class Reporter:
     """Logs and observers of one run.
 
-    ``watching`` is ``True`` when anyone wants to hear about every attempt (an observer, or
-    the logger at DEBUG level); the driver checks it before the per-attempt calls of a
-    successful run (``attempt_started``, ``attempt_returned``, ``attempt_succeeded``), so
-    a run nobody watches pays one attribute test for them. Every other call is made
-    whenever its moment happens (they are about failures, retries and phases).
+    A run creates its reporter on first use. It asks :meth:`wants_attempts` once and skips
+    the per-attempt calls of a successful run (``attempt_started``, ``attempt_returned``,
+    ``attempt_succeeded``) when nobody wants them, and the whole-run calls
+    (``run_started``, ``shutdown_started``, ``run_finished``) when there are no observers
+    (nothing logs them): a run that nobody watches and that does not fail never creates
+    one. Every other call is made whenever its moment happens (failures, retries,
+    timeouts: they log).
 
     An observer's ``Exception`` (or ``CancelledError``) is logged and ignored. A
     ``KeyboardInterrupt`` / ``SystemExit`` is logged and handed to ``on_termination``,
@@ -47,28 +54,32 @@ class Reporter:
         "_debug",
         "_loop",
         "_n",
-        "_names",
+        "_nodes",
         "_observers",
         "_on_termination",
         "_run_id",
-        "watching",
     )
 
     def __init__(
         self,
-        names: Sequence[str],
+        nodes: Sequence[NodeRuntime],
         observers: tuple[Observer, ...] | None,
         loop: asyncio.AbstractEventLoop,
-        on_termination: Callable[[BaseException], None],
+        on_termination: Callable[[BaseException], None] | None,
     ) -> None:
-        self._names = names
-        self._n = len(names)
+        self._nodes = nodes  # names are looked up when needed: nothing per node per run
+        self._n = len(nodes)
         self._observers = observers
         self._loop = loop
-        self._on_termination: Callable[[BaseException], None] | None = on_termination
+        # Only observers can raise into the run; without them, no way back into it.
+        self._on_termination = on_termination if observers is not None else None
         self._run_id = next(_run_ids) if observers is not None else 0
         self._debug = logger.isEnabledFor(logging.DEBUG)
-        self.watching = observers is not None or self._debug
+
+    @staticmethod
+    def wants_attempts(observers: tuple[Observer, ...] | None) -> bool:
+        """Whether anyone wants every attempt of a run: an observer, or DEBUG logging."""
+        return observers is not None or logger.isEnabledFor(logging.DEBUG)
 
     def close(self) -> None:
         """The run is over: drop the way back into it and the listeners (which may keep
@@ -76,7 +87,6 @@ class Reporter:
         afterwards."""
         self._on_termination = None
         self._observers = None
-        self.watching = self._debug
 
     # ---------------------------------------------------------------- the whole run
 
@@ -263,7 +273,7 @@ class Reporter:
     def _name(self, job: int) -> str:
         """The node a job belongs to (the owner, for a release job)."""
         n = self._n
-        return self._names[job if job < n else job - n]
+        return self._nodes[job if job < n else job - n].name
 
     def subject(self, job: int) -> str:
         """``node 'name'`` or ``release of 'name'``, as in notes and logs."""
@@ -271,8 +281,8 @@ class Reporter:
 
     def _subject(self, job: int) -> str:
         if job < self._n:
-            return f"node {self._names[job]!r}"
-        return f"release of {self._names[job - self._n]!r}"
+            return f"node {self._nodes[job].name!r}"
+        return f"release of {self._nodes[job - self._n].name!r}"
 
     def _emit(
         self,

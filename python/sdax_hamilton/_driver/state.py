@@ -70,6 +70,7 @@ class RunState:
         "_seed",
         "_sleeps",
         "_task",
+        "_two_clocks",
         "_values",
         "_waiter",
         "_watch",
@@ -78,8 +79,8 @@ class RunState:
     # Set when the run is entered (``RunContext.__aenter__``).
     _run: _core.Run
     _loop: asyncio.AbstractEventLoop
-    _reporter: Reporter
-    _watch: bool  # the reporter wants every attempt (``Reporter.watching``)
+    _two_clocks: bool  # the loop's clock is not time.monotonic() (uvloop)
+    _watch: bool  # someone wants to hear about every attempt (``Reporter.wants_attempts``)
     _running: list[Attempt | None]  # per job: the attempt carried out now
     _sleeps: list[asyncio.TimerHandle | None]  # per job: its retry wait
     _kwargs: list[dict[str, Any] | None]  # per forward job: its arguments, read at attempt 0
@@ -112,7 +113,9 @@ class RunState:
         self._clipped: list[int] | None = None
         self._entered = False
         self._n = len(nodes)
-        self._record = FailureRecord()
+        # Both created on first use: a run that neither fails nor is watched needs neither.
+        self._record: FailureRecord | None = None
+        self._reporter: Reporter | None = None
         # The coordinator's queue and its one wake-up future.
         self._events: deque[Event] = deque()
         self._waiter: asyncio.Future[None] | None = None
@@ -129,6 +132,28 @@ class RunState:
         self._began = False  # the phase's coroutine has started running
         self._abort_requested = False  # the forward phase is to be aborted (caller cancelled)
         self._internal: BaseException | None = None  # an internal failure of a coordinator
+
+    def _failures(self) -> FailureRecord:
+        """The run's failure record (``_record is None`` while nothing failed)."""
+        record = self._record
+        if record is None:
+            record = self._record = FailureRecord()
+        return record
+
+    def _report(self) -> Reporter:
+        """The run's reporter: logs and observers."""
+        reporter = self._reporter
+        if reporter is None:
+            observers = self._observers
+            reporter = self._reporter = Reporter(
+                self._nodes, observers, self._loop, None if observers is None else self._terminated
+            )
+        return reporter
+
+    def _terminated(self, exc: BaseException) -> None:
+        """An observer raised ``KeyboardInterrupt``/``SystemExit``: stop like a node would."""
+        self._failures().terminate(exc)
+        self._post((ABORT, None, None))
 
     def _post(self, event: Event) -> None:
         """Queue an event for the coordinator and wake it."""
