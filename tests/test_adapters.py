@@ -26,6 +26,7 @@ from hamilton.lifecycle import (
 )
 from hamilton.lifecycle import base as lifecycle_base
 from hamilton.lifecycle.base import ValidationException
+from support import loops as loop_support
 
 from sdax_hamilton import Driver, ExecutionError
 from sdax_hamilton.testing import instant_retries
@@ -171,7 +172,7 @@ def test_adapter_with_task_hooks_and_node_hooks_is_accepted(graph: Any) -> None:
             raise AssertionError("task hooks never fire here")
 
     plan = Driver(graph, adapters=[Mixed()]).prepare(["total"])
-    assert asyncio.run(plan.execute(inputs={"x": 1})) == {"total": 21}
+    assert loop_support.run(plan.execute(inputs={"x": 1})) == {"total": 21}
 
 
 # ----------------------------------------------------------------------------- node hooks
@@ -460,7 +461,7 @@ def test_shape_errors_raise_before_any_hook(graph: Any) -> None:
     recorder = Recorder()
     plan = Driver(graph, adapters=[recorder]).prepare(["total"])
     with pytest.raises(ValueError, match="Input shape mismatch"):
-        asyncio.run(plan.execute(inputs={}))
+        loop_support.run(plan.execute(inputs={}))
     assert recorder.calls == []
 
 

@@ -4,13 +4,13 @@ clipped attempt, and skipped retries / expiry as run-span events (docs/lifecycle
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support import loops as loop_support
 
 from sdax_hamilton import Driver, ExecutionError
 from sdax_hamilton.contrib.opentelemetry import SpanObserver
@@ -52,7 +52,7 @@ def spans_of(module: Any, outputs: list[str], fails: bool = True, **kwargs: Any)
         else:
             await plan.execute(observer=observer, **kwargs)
 
-    asyncio.run(go())
+    loop_support.run(go())
     return list(exporter.get_finished_spans())
 
 

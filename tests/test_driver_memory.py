@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from support import loops as loop_support
 
 from sdax_hamilton import Driver, RunReport
 
@@ -195,7 +196,7 @@ def _cyclic_garbage(scenario: Scenario) -> tuple[int, list[str]]:
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return asyncio.run(main())
+        return loop_support.run(main())
     finally:
         if enabled:
             gc.enable()

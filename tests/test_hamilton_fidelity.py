@@ -8,7 +8,6 @@ was expected and what arrived (docs/bindings.md). Real Hamilton decorators throu
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import loops as loop_support
 
 from sdax_hamilton import Driver, ExecutionError
 
@@ -35,7 +35,7 @@ from sdax_hamilton import Acquisition, execution, shutdown
 def run(driver: Driver, outputs: list[str], **kwargs: Any) -> dict[str, Any]:
     plan = driver.prepare(outputs, **{k: v for k, v in kwargs.items() if k == "override_nodes"})
     call = {k: v for k, v in kwargs.items() if k in ("inputs", "overrides")}
-    return asyncio.run(plan.execute(**call))
+    return loop_support.run(plan.execute(**call))
 
 
 def refused(make_module: Any, source: str, error: type[Exception], *parts: str) -> str:
@@ -373,9 +373,9 @@ def test_parameters_bound_to_one_source_keep_every_requirement(make_module: Any)
     mod = make_module(HEADER + MERGED)
     plan = Driver(mod).prepare(["a"])
     assert set(plan.required_inputs["k"]) == {int, float}
-    assert asyncio.run(plan.execute(inputs={"k": 2})) == {"a": 4}
+    assert loop_support.run(plan.execute(inputs={"k": 2})) == {"a": 4}
     with pytest.raises(TypeError, match=r"input 'k' expects int, got float"):
-        asyncio.run(plan.execute(inputs={"k": 2.5}))
+        loop_support.run(plan.execute(inputs={"k": 2.5}))
 
 
 def test_a_bound_source_named_like_an_unbound_parameter_keeps_both(make_module: Any) -> None:
@@ -390,8 +390,8 @@ def a(b: int, k: object) -> int:
     plan = Driver(mod).prepare(["a"])
     assert set(plan.required_inputs["k"]) == {int, object}
     with pytest.raises(TypeError, match=r"input 'k' expects int, got str"):
-        asyncio.run(plan.execute(inputs={"k": "x"}))
-    assert asyncio.run(plan.execute(inputs={"k": 4})) == {"a": 4}
+        loop_support.run(plan.execute(inputs={"k": "x"}))
+    assert loop_support.run(plan.execute(inputs={"k": 4})) == {"a": 4}
 
 
 def test_producer_must_satisfy_every_bound_parameter(make_module: Any) -> None:
@@ -422,8 +422,8 @@ def k() -> int:
     )
     plan = Driver(mod).prepare(["a"], override_nodes=["k"])
     with pytest.raises(TypeError, match=r"override 'k' expects int, got float"):
-        asyncio.run(plan.execute(overrides={"k": 0.5}))
-    assert asyncio.run(plan.execute(overrides={"k": 3})) == {"a": 3}
+        loop_support.run(plan.execute(overrides={"k": 0.5}))
+    assert loop_support.run(plan.execute(overrides={"k": 3})) == {"a": 3}
 
 
 def test_identical_defaults_keep_a_merged_source_optional(make_module: Any) -> None:
@@ -437,7 +437,7 @@ def a(b: int = 3, c: int = 3) -> int:
     )
     plan = Driver(mod).prepare(["a"])
     assert "k" not in plan.required_inputs
-    assert asyncio.run(plan.execute()) == {"a": 9}
+    assert loop_support.run(plan.execute()) == {"a": 9}
 
 
 def test_one_default_among_bound_parameters_leaves_the_source_required(
@@ -578,7 +578,7 @@ def test_a_built_driver_is_a_snapshot(make_module: Any) -> None:
             async with built.open(inputs=inputs) as values:
                 return dict(values)
 
-        assert asyncio.run(go()) == {"lit": 1, "src": 5, "piped": 11, "replaced": 8, "conn": 1}
+        assert loop_support.run(go()) == {"lit": 1, "src": 5, "piped": 11, "replaced": 8, "conn": 1}
     assert mod.RELEASED == ["close", "close"]
     # a new Driver sees the changes
     fresh = Driver(mod).prepare(["lit", "src", "piped", "replaced", "conn"])
@@ -588,7 +588,13 @@ def test_a_built_driver_is_a_snapshot(make_module: Any) -> None:
         async with fresh.open(inputs={"j": 5, "v": 1, "x": 4}) as values:
             return dict(values)
 
-    assert asyncio.run(again()) == {"lit": 100, "src": 5, "piped": -999, "replaced": 12, "conn": 1}
+    assert loop_support.run(again()) == {
+        "lit": 100,
+        "src": 5,
+        "piped": -999,
+        "replaced": 12,
+        "conn": 1,
+    }
     assert mod.RELEASED[-1] == "other"
 
 
@@ -618,14 +624,14 @@ def liar(dsn_len: int) -> str:
     driver = Driver(mod)
     plan = driver.prepare(["doubled"])
     with pytest.raises(TypeError) as info:
-        asyncio.run(plan.execute(inputs={"dsn": 12345}))
+        loop_support.run(plan.execute(inputs={"dsn": 12345}))
     assert "input 'dsn' expects str, got int" in str(info.value)
     assert "12345" not in str(info.value)
     overridden = driver.prepare(["doubled"], override_nodes=["dsn_len"])
     with pytest.raises(TypeError, match=r"override 'dsn_len' expects int, got str"):
-        asyncio.run(overridden.execute(overrides={"dsn_len": "7"}))
+        loop_support.run(overridden.execute(overrides={"dsn_len": "7"}))
     with pytest.raises(ExecutionError) as failed:
-        asyncio.run(driver.prepare(["liar"]).execute(inputs={"dsn": "abc"}))
+        loop_support.run(driver.prepare(["liar"]).execute(inputs={"dsn": "abc"}))
     assert "output 'liar' expects str, got int" in str(failed.value.exceptions[0])
 
 
@@ -751,6 +757,6 @@ def a(v: int) -> int:
     )
     plan = Driver(mod).prepare(["a"])
     assert set(plan.required_inputs["k"]) == {int, object}
-    assert asyncio.run(plan.execute(inputs={"v": 1, "k": 2})) == {"a": 6}
+    assert loop_support.run(plan.execute(inputs={"v": 1, "k": 2})) == {"a": 6}
     with pytest.raises(TypeError, match=r"input 'k' expects int, got float"):
-        asyncio.run(plan.execute(inputs={"v": 1, "k": 2.0}))
+        loop_support.run(plan.execute(inputs={"v": 1, "k": 2.0}))

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import loops as loop_support
 from support.postgres_server import Server, ServerUnavailable, in_ci, start_server, unavailable
 
 try:
@@ -134,7 +135,7 @@ def dsn(server: Server) -> str:
         finally:
             await connection.close()
 
-    asyncio.run(create())
+    loop_support.run(create())
     return server.dsn
 
 
@@ -828,7 +829,7 @@ def test_the_example_program_runs_against_the_server(dsn: str) -> None:
         finally:
             await judge.close()
 
-    assert asyncio.run(sessions()) == []
+    assert loop_support.run(sessions()) == []
 
 
 def test_the_guide_page_shows_the_examples_verbatim() -> None:

@@ -7,7 +7,6 @@ Skipped only where Java is absent.
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import sys
 import textwrap
@@ -16,6 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from support import loops as loop_support
 
 if shutil.which("java") is None:  # pragma: no cover - CI and the dev machine have Java 17
     pytest.skip(
@@ -121,7 +121,7 @@ def spark() -> Iterator[ps.SparkSession]:
 
 def test_with_columns_runs(graph: Callable[..., Any], spark: ps.SparkSession) -> None:
     plan = Driver(graph()).prepare(["rows"])
-    result = asyncio.run(plan.execute(inputs={"spark": spark}))
+    result = loop_support.run(plan.execute(inputs={"spark": spark}))
     assert result == {"rows": [(1, 3, 2, 6), (2, 4, 3, 12)]}
 
 
@@ -146,7 +146,7 @@ def rows(final: ps.DataFrame) -> list:
     return [tuple(row) for row in final.collect()]
 """
     )
-    result = asyncio.run(Driver(mod).prepare(["rows"]).execute(inputs={"spark": spark}))
+    result = loop_support.run(Driver(mod).prepare(["rows"]).execute(inputs={"spark": spark}))
     assert result == {"rows": [(10,)]}
 
 
