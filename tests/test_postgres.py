@@ -533,6 +533,11 @@ class Campaign:
             self.tally.errors[type(leaf).__name__] += 1
             if isinstance(leaf, INJECTED_FAILURES) or (terminated and connection_lost(leaf)):
                 continue
+            if isinstance(leaf, BodyFailure) and result.cancelled and result.body_reached:
+                # the body failed, then the caller was cancelled during cleanup: its
+                # cancellation is the primary, the body's failure a secondary diagnostic
+                # (docs/lifecycle.md, "Cancellation")
+                continue
             problems.append(
                 f"unexpected {type(leaf).__name__}: {leaf} {getattr(leaf, '__notes__', [])}"
                 f" (backends of the run terminated: {self.hit[plan.name]})"
