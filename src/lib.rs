@@ -1,8 +1,9 @@
 //! Thin PyO3 bindings over `sdax-core`: module `sdax_hamilton._core`.
 //!
 //! All scheduling logic lives in the core crate; this layer only converts Python values,
-//! applies the Python-type rules of SPEC 2.2 and maps core errors onto Python exceptions
-//! (`ValueError` for graph/selection errors, `RuntimeError` for run-protocol misuse).
+//! applies the Python-type rules of docs/contract.md#policy-validation and maps core errors onto
+//! Python exceptions (`ValueError` for graph/selection errors, `RuntimeError` for run-protocol
+//! misuse).
 
 #![forbid(unsafe_code)]
 

@@ -1,5 +1,5 @@
-//! `Policy`: the Python-type rules of SPEC 2.2 over the core's range validation, and the
-//! shared helpers that name values in messages.
+//! `Policy`: the Python-type rules of docs/contract.md#policy-validation over the core's range
+//! validation, and the shared helpers that name values in messages.
 
 use pyo3::basic::CompareOp;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -130,7 +130,7 @@ fn validate_retryable<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py
     Ok(Some(PyTuple::new(py, tuple.iter())?))
 }
 
-/// A validated attempt policy (SPEC 2.2).
+/// A validated attempt policy (docs/contract.md#policy-validation).
 #[pyclass(frozen, module = "sdax_hamilton._core", name = "Policy")]
 pub(crate) struct PyPolicy {
     pub(crate) core: Policy,
@@ -142,8 +142,8 @@ pub(crate) struct PyPolicy {
 }
 
 impl PyPolicy {
-    /// Validation in SPEC 2.2 order, then `max_delay` and `retry_after`; `None` (the Rust
-    /// option) = argument not given.
+    /// Validation in docs/contract.md#policy-validation order, then `max_delay` and `retry_after`;
+    /// `None` (the Rust option) = argument not given.
     #[allow(clippy::too_many_arguments)]
     fn build(
         py: Python<'_>,

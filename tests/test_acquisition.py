@@ -1,4 +1,4 @@
-"""SPEC 3: the ``Acquisition[T]`` record a release receives."""
+"""docs/contract.md#acquisition: the ``Acquisition[T]`` record a release receives."""
 
 from __future__ import annotations
 

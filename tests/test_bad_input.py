@@ -1,7 +1,7 @@
-"""Bad-input catalogue: every misuse SPEC names, table-driven.
+"""Bad-input catalogue: every misuse the contract names, table-driven.
 
-Each row performs one misuse and states the exception type SPEC prescribes and the
-fragments its message must contain (the offending argument, node or function, plus SPEC's
+Each row performs one misuse and states the exception type the contract prescribes and the
+fragments its message must contain (the offending argument, node or function, plus the contract's
 message fragment where it gives one). Every function in the row's modules records its calls,
 and the test asserts none ran: misuse is refused before any user code executes.
 """
@@ -114,7 +114,7 @@ def run(coro: Any) -> Any:
 
 
 # ------------------------------------------------------------------------------------------
-# SPEC 2.1 / 2.2: policy arguments
+# docs/contract.md#declaration-signatures, #policy-validation: policy arguments
 # ------------------------------------------------------------------------------------------
 
 policy_case("retries-negative", ValueError, ("retries", "nonnegative integer"), retries=-1)
@@ -186,7 +186,7 @@ case("shutdown-of-checked-before-policy", TypeError, "shutdown of=")(
 )
 
 # ------------------------------------------------------------------------------------------
-# SPEC 2.3: target_
+# docs/contract.md#target-validation: target_
 # ------------------------------------------------------------------------------------------
 
 TARGETS: list[tuple[str, object, type[BaseException]]] = [
@@ -216,7 +216,7 @@ case("target-checked-after-policy", ValueError, "retries")(
 )
 
 # ------------------------------------------------------------------------------------------
-# SPEC 2.4: conflicting declarations
+# docs/contract.md#decoration: conflicting declarations
 # ------------------------------------------------------------------------------------------
 
 
@@ -268,7 +268,7 @@ def _(make: Maker) -> object:
 case("declaration-on-object-refusing-attributes", AttributeError)(lambda _m: execution()(len))
 
 # ------------------------------------------------------------------------------------------
-# SPEC 5.1: Driver arguments
+# docs/contract.md#driver-arguments: Driver arguments
 # ------------------------------------------------------------------------------------------
 
 SIMPLE = """
@@ -294,7 +294,7 @@ case("driver-not-a-module", TypeError, "Driver requires one or more Python modul
 )
 
 # ------------------------------------------------------------------------------------------
-# SPEC 5.3: discovery
+# docs/contract.md#discovery: discovery
 # ------------------------------------------------------------------------------------------
 
 
@@ -369,7 +369,7 @@ def _(make: Maker) -> object:
 
 
 # ------------------------------------------------------------------------------------------
-# SPEC 5.4: declaration checks
+# docs/contract.md#declaration-checks: declaration checks
 # ------------------------------------------------------------------------------------------
 
 DECLARATIONS: list[tuple[str, type[BaseException], tuple[str, ...], str]] = [
@@ -550,7 +550,7 @@ for _label, _exc, _names, _source in DECLARATIONS:
     CASES.append(Case(f"declaration-{_label}", _exc, _names, driver_of(_source)))
 
 # ------------------------------------------------------------------------------------------
-# SPEC 5.5: release checks
+# docs/contract.md#release-checks: release checks
 # ------------------------------------------------------------------------------------------
 
 OWNER = """
@@ -714,7 +714,7 @@ for _label, _exc, _names, _source in RELEASES:
     CASES.append(Case(f"release-{_label}", _exc, _names, driver_of(_source, OWNER)))
 
 # ------------------------------------------------------------------------------------------
-# SPEC 5.6 / 5.8: generated nodes and targets
+# docs/contract.md#translation, #targets: generated nodes and targets
 # ------------------------------------------------------------------------------------------
 
 
@@ -774,7 +774,7 @@ def _(make: Maker) -> object:
 
 
 # ------------------------------------------------------------------------------------------
-# SPEC 6.1 / 6.2: prepare
+# docs/contract.md#prepare-arguments, #selection: prepare
 # ------------------------------------------------------------------------------------------
 
 CHAIN = """
@@ -981,7 +981,7 @@ def _(make: Maker) -> object:
 
 
 # ------------------------------------------------------------------------------------------
-# SPEC 7.1 / 7.10: per call
+# docs/contract.md#run-checks, #execute: per call
 # ------------------------------------------------------------------------------------------
 
 

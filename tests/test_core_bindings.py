@@ -1,8 +1,8 @@
 """The Rust extension ``sdax_hamilton._core`` seen from Python.
 
-Policy validation (SPEC 2.2, every row), delay bounds, graph compilation and selection
-errors, and a ``Run`` driven by hand: the commands it emits for chains, fan-outs, retries,
-aborts and the shutdown order.
+Policy validation (docs/contract.md#policy-validation, every row), delay bounds, graph compilation
+and selection errors, and a ``Run`` driven by hand: the commands it emits for chains, fan-outs,
+retries, aborts and the shutdown order.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def test_opcodes_are_distinct_ints_and_version_is_a_string() -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Policy: SPEC 2.2
+# Policy: docs/contract.md#policy-validation
 
 
 def test_policy_defaults() -> None:

@@ -1,4 +1,4 @@
-"""SPEC 2: ``execution`` and ``shutdown`` declarations."""
+"""docs/contract.md#declarations: ``execution`` and ``shutdown`` declarations."""
 
 from __future__ import annotations
 

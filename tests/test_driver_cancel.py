@@ -1,4 +1,5 @@
-"""Caller cancellation in every phase, once and repeatedly (SPEC 7.9, 7.11)."""
+"""Caller cancellation in every phase, once and repeatedly (docs/contract.md#open-algorithm,
+#outcomes)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The failure record (SPEC 4, 7.11) and the retryable test (SPEC 7.7), without a run."""
+"""The failure record (docs/contract.md#diagnostics, #outcomes) and the retryable test
+(docs/contract.md#retry-loop), without a run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Forward phase (SPEC 7.2, 7.9 steps 2-4, 7.11): calls, values, checks, failures."""
+"""Forward phase (docs/contract.md#forward-phase, #open-algorithm steps 2-4, #outcomes): calls,
+values, checks, failures."""
 
 from __future__ import annotations
 

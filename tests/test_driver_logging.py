@@ -1,4 +1,5 @@
-"""Logging on the ``sdax_hamilton`` logger (SPEC 9): levels, names, never values."""
+"""Logging on the ``sdax_hamilton`` logger (docs/contract.md#logging): levels, names, never
+values."""
 
 from __future__ import annotations
 

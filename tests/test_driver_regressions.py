@@ -1,4 +1,5 @@
-"""Regressions the fault campaign found and the driver now handles (SPEC 7.2 / 7.9 / 4).
+"""Regressions the fault campaign found and the driver now handles (docs/contract.md#forward-phase,
+#open-algorithm, #diagnostics).
 
 * ``selfcancel-drained``: a node's own ``CancelledError``, queued in the same batch of events
   as the failure or caller cancellation that aborted the run, is still reported.

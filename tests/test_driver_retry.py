@@ -1,4 +1,4 @@
-"""Retry loop and per-attempt timeouts (SPEC 7.7, 7.8)."""
+"""Retry loop and per-attempt timeouts (docs/contract.md#retry-loop, #timeouts)."""
 
 from __future__ import annotations
 

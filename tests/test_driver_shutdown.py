@@ -1,4 +1,5 @@
-"""Shutdown phase (SPEC 7.2 acquisition records, 7.3, 7.9 steps 6-8, 7.11)."""
+"""Shutdown phase (docs/contract.md#shutdown-phase; acquisition records: #forward-phase;
+#open-algorithm steps 6-8; #outcomes)."""
 
 from __future__ import annotations
 

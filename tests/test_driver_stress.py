@@ -1,5 +1,6 @@
 """Seeded random scenarios: failures, timeouts, self-cancellation and caller cancellation at
-arbitrary loop iterations, checked against the invariants of SPEC 7.3 / 7.9 / 7.11."""
+arbitrary loop iterations, checked against the invariants of docs/contract.md#shutdown-phase,
+#open-algorithm, #outcomes."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""SPEC 5.7-5.9: each admitted Hamilton decorator translates, with `execution` policies and
-`shutdown` releases placed on the generated nodes that actually call the declaration, and
-projection / validation / pipeline nodes borrowing from owned acquisitions upstream."""
+"""docs/contract.md#admitted-decorators, #targets, #ownership: each admitted Hamilton decorator
+translates, with `execution` policies and `shutdown` releases placed on the generated nodes that
+actually call the declaration, and projection / validation / pipeline nodes borrowing from owned
+acquisitions upstream."""
 
 from __future__ import annotations
 

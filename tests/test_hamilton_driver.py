@@ -1,5 +1,5 @@
-"""SPEC 5: Driver construction — arguments, version gate, discovery, declaration and release
-checks, snapshot semantics, generated-node checks, placement errors and config."""
+"""docs/contract.md#driver: Driver construction — arguments, version gate, discovery, declaration
+and release checks, snapshot semantics, generated-node checks, placement errors and config."""
 
 from __future__ import annotations
 

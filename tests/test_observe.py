@@ -1,4 +1,4 @@
-"""Run events (issue 6, item 1): which ``RunEvent``s a run emits, in which order.
+"""Run events (docs/contract.md#run-events): which ``RunEvent``s a run emits, in which order.
 
 Driver-level tests build plans with ``tests/support/driver.py`` (no Hamilton); the last ones go
 through ``Driver``/``PreparedPlan`` to check that ``execute``/``open`` pass observers on.

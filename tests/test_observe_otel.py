@@ -1,4 +1,5 @@
-"""The OpenTelemetry adapter (issue 6, item 3), checked with the SDK's in-memory exporter."""
+"""The OpenTelemetry adapter (docs/contract.md#opentelemetry), checked with the SDK's in-memory
+exporter."""
 
 from __future__ import annotations
 

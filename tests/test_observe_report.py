@@ -1,4 +1,4 @@
-"""RunReport (issue 6, item 2): per-node and per-release timings of one run."""
+"""RunReport (docs/contract.md#run-report): per-node and per-release timings of one run."""
 
 from __future__ import annotations
 

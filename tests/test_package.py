@@ -1,4 +1,4 @@
-"""SPEC 1: the package surface."""
+"""docs/contract.md#package-surface: the package surface."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""SPEC 6 (prepare: arguments, selection, plan properties) and 7.1 (per-call checks)."""
+"""docs/contract.md#prepare (arguments, selection, plan properties) and docs/contract.md#run-checks
+(per-call checks)."""
 
 from __future__ import annotations
 

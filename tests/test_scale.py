@@ -1,5 +1,6 @@
 """Scale: 10,000-node graphs (chain, fan-out, lattice, resource chain) compile, prepare and
-run with no recursion limit in the way (SPEC 10 #9) and in linear-ish time.
+run with no recursion limit in the way (docs/contract.md#decisions, graph size) and in linear-ish
+time.
 
 The time bounds are deliberately generous (tens of seconds for what takes about one on this
 machine): they catch quadratic behaviour (10,000^2 Python steps take minutes), not jitter.

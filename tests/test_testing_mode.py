@@ -1,4 +1,5 @@
-"""Test mode (issue 6, item 4): ``sdax_hamilton.testing.jitter_seed`` / ``instant_retries``."""
+"""Test mode (docs/contract.md#test-mode): ``sdax_hamilton.testing.jitter_seed`` /
+``instant_retries``."""
 
 from __future__ import annotations
 

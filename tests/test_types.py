@@ -1,4 +1,5 @@
-"""SPEC 8: the runtime type checker (validate_type, accepts, compatible, checker)."""
+"""docs/contract.md#type-checker: the runtime type checker (validate_type, accepts, compatible,
+checker)."""
 
 # The legacy spellings (typing.List, Optional, Union, functional TypedDict) are under test.
 # ruff: noqa: UP006, UP007, UP013, UP035, UP045
@@ -469,7 +470,7 @@ def test_accepts_never_puts_values_in_errors() -> None:
 # --------------------------------------------------------------------------------------------
 
 COMPATIBLE: list[tuple[Any, Any, bool]] = [
-    # SPEC examples
+    # the examples of docs/contract.md#compatible
     (bool, int, True),
     (int, float, False),
     (int, Optional[int], True),

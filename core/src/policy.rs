@@ -4,7 +4,8 @@ use std::fmt;
 
 use rand::Rng;
 
-/// A validated attempt policy (SPEC 2.2), without the exception set (that is Python's).
+/// A validated attempt policy (docs/contract.md#policy-validation), without the exception set (that
+/// is Python's).
 ///
 /// `retries` counts additional attempts: a job runs at most `1 + retries` times.
 /// `max_delay` caps every retry wait (before the jitter, and a hinted wait); `retry_after`

@@ -45,7 +45,7 @@ Command = tuple[int, int, int, float | None]
 
 @final
 class Policy:
-    """A validated attempt policy (SPEC 2.2).
+    """A validated attempt policy (docs/contract.md#policy-validation).
 
     Wrong types raise ``TypeError``, out-of-range values ``ValueError``; messages name the
     argument and the value. ``retryable_exceptions`` is validated here too (a nonempty tuple

@@ -1,4 +1,5 @@
-"""Declarations (SPEC 2, 3): ``execution``, ``shutdown`` and the ``Acquisition[T]`` record.
+"""Declarations (docs/contract.md#declarations, #acquisition): ``execution``, ``shutdown`` and the
+``Acquisition[T]`` record.
 
 Decorators only validate their arguments and annotate the function object; they return the
 same object, so direct calls and static types are unchanged. The Hamilton translation reads
@@ -96,7 +97,8 @@ _BYTES_LIKE: Final = (bytes, bytearray, memoryview)
 
 
 def _targets(target: object) -> tuple[str, ...] | None:
-    """SPEC 2.3: ``None``; a non-empty name; or a collection of distinct non-empty names."""
+    """docs/contract.md#target-validation: ``None``; a non-empty name; or a collection of distinct
+    non-empty names."""
     if target is None:
         return None
     if isinstance(target, str):
@@ -183,7 +185,7 @@ def execution(
     max_delay: float | None = None,
     retry_after: RetryAfter | None = None,
 ) -> Callable[[_F], _F]:
-    """Attach a forward attempt policy to a Hamilton function (SPEC 2).
+    """Attach a forward attempt policy to a Hamilton function (docs/contract.md#declarations).
 
     The policy is validated now; the decorator returns the function itself, so calling it
     directly is unchanged (no retry, no timeout; sync stays sync).
@@ -224,7 +226,8 @@ def shutdown(
     max_delay: float | None = None,
     retry_after: RetryAfter | None = None,
 ) -> Callable[[_F], _F]:
-    """Declare the decorated function as the release of ``of``'s acquisitions (SPEC 2, 3).
+    """Declare the decorated function as the release of ``of``'s acquisitions
+    (docs/contract.md#declarations, #acquisition).
 
     The release receives one ``Acquisition[T]`` and runs under its own policy. The
     declaration is stored on the release and recorded on the owner, so a Driver compiling
@@ -291,7 +294,7 @@ _MISSING: Final = _Missing()
 
 @dataclass(frozen=True, slots=True, repr=False)
 class Acquisition(Generic[_T]):
-    """What a release receives: the outcome of one acquisition call (SPEC 3).
+    """What a release receives: the outcome of one acquisition call (docs/contract.md#acquisition).
 
     ``Acquisition()`` is an empty record (the call raised, timed out or was cancelled
     before returning); ``Acquisition(value, declared_type)`` records a returned value and

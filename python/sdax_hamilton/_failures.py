@@ -1,4 +1,5 @@
-"""Exception types and the primary/secondary failure record (SPEC 4, 7.11).
+"""Exception types and the primary/secondary failure record (docs/contract.md#diagnostics,
+#outcomes).
 
 A run keeps one *primary* exception (what the caller sees) and collects *secondary*
 diagnostics: the original exception objects raised by nodes and releases, cancellations of

@@ -1,4 +1,4 @@
-"""Run events and the run report (issue 6: observability).
+"""Run events and the run report (docs/contract.md#observability).
 
 A run started with ``observer=`` calls the observer with one :class:`RunEvent` at each step
 of the run, in causal order, on the event loop thread. :class:`RunReport` is an observer

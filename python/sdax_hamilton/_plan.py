@@ -1,4 +1,5 @@
-"""Planning: ``Driver.prepare`` (SPEC 6), ``PreparedPlan`` and its per-call checks (SPEC 7.1).
+"""Planning: ``Driver.prepare`` (docs/contract.md#prepare), ``PreparedPlan`` and its per-call checks
+(docs/contract.md#run-checks).
 
 Everything static about a selection is decided here, once: which nodes run, which values
 come from config, inputs or overrides, which edges are type-compatible, and which runtime
@@ -50,7 +51,7 @@ def compile_graph(nodes: Mapping[str, NodeSpec]) -> _core.Graph:
 
 
 def _names(value: object, what: str, *, allow_empty: bool) -> tuple[str, ...]:
-    """Validate a collection of node names (SPEC 6.1)."""
+    """Validate a collection of node names (docs/contract.md#prepare-arguments)."""
     if isinstance(value, (str, bytes)):
         raise TypeError(f"{what} must be a collection of node names, not a string")
     if not isinstance(value, Iterable):
@@ -119,7 +120,7 @@ class PreparedPlan:
     def _values(
         self, inputs: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None
     ) -> dict[str, Any]:
-        """SPEC 7.1: shape and value checks, then the run's fresh value table."""
+        """docs/contract.md#run-checks: shape and value checks, then the run's fresh value table."""
         supplied = dict(inputs) if inputs is not None else {}
         replaced = dict(overrides) if overrides is not None else {}
         if supplied.keys() != self.required_inputs.keys():

@@ -54,7 +54,7 @@ class NodeSpec:
 
     name: str
     type: Any
-    """Declared output type (validated against the SPEC 8.1 vocabulary)."""
+    """Declared output type (validated against the docs/contract.md#annotation-forms vocabulary)."""
     call: Callable[..., Any]
     """Called with keyword arguments named by ``inputs``; may return an awaitable."""
     inputs: tuple[InputSpec, ...]

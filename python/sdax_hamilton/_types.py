@@ -1,4 +1,5 @@
-"""Runtime type checker (SPEC 8): ``validate_type``, ``accepts``, ``compatible``, ``checker``.
+"""Runtime type checker (docs/contract.md#type-checker): ``validate_type``, ``accepts``,
+``compatible``, ``checker``.
 
 Every annotation is first *normalised* into a small hashable tree (``_Norm``): ``None`` becomes
 ``NoneType``, ``typing.List`` & co. become their runtime classes, ``X | Y`` and ``Union[X, Y]``
@@ -368,7 +369,8 @@ def _full_norm(tp: Any, where: str) -> _Norm:
 
 
 def validate_type(tp: Any, *, where: str) -> None:
-    """Raise ``TypeError`` (naming ``where`` and the annotation) unless ``tp`` is in SPEC 8.1."""
+    """Raise ``TypeError`` (naming ``where`` and the annotation) unless ``tp`` is in
+    docs/contract.md#annotation-forms."""
     try:
         if tp in _VALID:
             return
@@ -524,7 +526,8 @@ def _evaluate(value: Any, node: _Norm) -> bool:
 
 
 def accepts(value: Any, tp: Any) -> bool:
-    """Whether ``value`` is accepted by annotation ``tp`` (SPEC 8.2); deep, never recursive."""
+    """Whether ``value`` is accepted by annotation ``tp`` (docs/contract.md#accepts); deep, never
+    recursive."""
     try:
         node = _norm(tp)
     except _Unsupported as exc:
@@ -536,7 +539,7 @@ def accepts(value: Any, tp: Any) -> bool:
 
 
 # --------------------------------------------------------------------------------------------
-# compatible: static edge check (SPEC 8.3)
+# compatible: static edge check (docs/contract.md#compatible)
 # --------------------------------------------------------------------------------------------
 
 _PARAMETERISED_ORIGIN: Final[dict[int, Callable[[_Norm], type]]] = {
@@ -583,7 +586,8 @@ def _compatible(produced: _Norm, required: _Norm) -> bool:
 
 
 def compatible(produced: Any, required: Any) -> bool:
-    """Whether a node typed ``produced`` may feed a parameter typed ``required`` (SPEC 8.3)."""
+    """Whether a node typed ``produced`` may feed a parameter typed ``required``
+    (docs/contract.md#compatible)."""
     try:
         p = _norm(produced)
         r = _norm(required)
