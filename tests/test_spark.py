@@ -7,6 +7,7 @@ Skipped only where Java is absent.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import textwrap
@@ -99,6 +100,10 @@ def graph(module: Callable[[str], types.ModuleType]) -> Callable[[str], types.Mo
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[ps.SparkSession]:
+    # Python workers must run this interpreter: PATH's python3 may be another minor version,
+    # which PySpark refuses (the CI matrix runs this suite on several Pythons).
+    saved = {name: os.environ.get(name) for name in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    os.environ.update(dict.fromkeys(saved, sys.executable))
     session = (
         ps.SparkSession.builder.master("local[1]")
         .appName("sdax-hamilton-tests")
@@ -114,6 +119,11 @@ def spark() -> Iterator[ps.SparkSession]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 # ------------------------------------------------------------------ runs
