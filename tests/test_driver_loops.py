@@ -25,15 +25,21 @@ from sdax_hamilton.testing import jitter_seed
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
 
 
+def _asyncio_loop() -> asyncio.AbstractEventLoop:
+    # asyncio's own loop, whatever loop policy the test session installed (under
+    # SDAX_TEST_LOOP=uvloop, asyncio.new_event_loop() would make a uvloop loop)
+    return asyncio.SelectorEventLoop()
+
+
 def _eager_loop() -> asyncio.AbstractEventLoop:
-    loop = asyncio.new_event_loop()
+    loop = _asyncio_loop()
     loop.set_task_factory(asyncio.eager_task_factory)  # type: ignore[attr-defined,unused-ignore]
     return loop
 
 
 EAGER = hasattr(asyncio, "eager_task_factory")
 LOOPS: dict[str, LoopFactory] = {
-    "asyncio": asyncio.new_event_loop,
+    "asyncio": _asyncio_loop,
     "uvloop": uvloop.new_event_loop,
     "asyncio-eager": _eager_loop,
 }
