@@ -287,6 +287,10 @@ class RunContext(OutcomeHandling):
     async def _shutdown(self, commands: list[_core.Command]) -> None:
         """The shutdown task: carry out the releases until every one has completed."""
         self._began = True
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task  # inline releases and their timeouts use it
+        self._shutting = True
         try:
             self._execute(commands)
             await self._drive(True)
@@ -294,6 +298,11 @@ class RunContext(OutcomeHandling):
             self._abandon(exc)
             self._internal = exc
         finally:
+            timer = self._inline_timer
+            if timer is not None:
+                self._inline_timer = None
+                timer.cancel()
+            del self._task
             self._phase_over_now()
 
     async def _drive(self, shutdown: bool) -> None:
@@ -307,11 +316,10 @@ class RunContext(OutcomeHandling):
                 handle(events.popleft())
             if fresh:
                 if (
-                    not shutdown
-                    and len(fresh) == 1
+                    len(fresh) == 1
                     and self._live == 0
                     and fresh[0].state is _CALLED  # not cancelled since the call
-                    and run.pending == 1
+                    and (self._sleeping == 0 if shutdown else run.pending == 1)
                 ):
                     await self._inline(fresh.pop())
                 else:
