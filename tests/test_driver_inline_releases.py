@@ -6,7 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from support.driver import Node, clean_loop, execute
+from support.driver import Node, Runner, clean_loop, execute, prepare, started, yield_a_few
+
+from sdax_hamilton._driver import open_run
+from sdax_hamilton._failures import failures
 
 
 class Conn:
@@ -94,3 +97,94 @@ async def test_a_release_is_not_awaited_inline_while_another_waits_for_its_retry
     with clean_loop():
         await execute(nodes, ["txn_1", "conn_2"])
     assert closed == ["end_1", "close_2", "close_1"]
+
+
+# execute(): the forward task goes on with the shutdown phase (``RunContext.execute``).
+
+
+def _execute(nodes: list[Node], outputs: list[str]) -> Any:
+    plan, runtimes = prepare(nodes, outputs)
+    return open_run(plan, runtimes, {}, outputs).execute()
+
+
+async def test_execute_runs_nodes_and_releases_in_one_task_not_the_callers() -> None:
+    tasks: list[asyncio.Task[Any] | None] = []
+
+    async def conn() -> Conn:
+        tasks.append(asyncio.current_task())
+        return Conn("c")
+
+    async def close(acq: Any) -> None:
+        await asyncio.sleep(0)
+        tasks.append(asyncio.current_task())
+
+    with clean_loop():
+        result = await _execute([Node("conn", conn, release=close, output_type=Conn)], ["conn"])
+        caller = asyncio.current_task()
+    assert result["conn"].name == "c"
+    assert len(tasks) == 2 and tasks[0] is tasks[1] and tasks[0] is not caller
+
+
+async def test_execute_repeated_cancels_during_cleanup_never_abandon_a_release() -> None:
+    releasing, gate = asyncio.Event(), asyncio.Event()
+    journal: list[str] = []
+    release_error = OSError("close failed")
+
+    async def conn() -> Conn:
+        return Conn("c")
+
+    async def close(acq: Any) -> None:
+        releasing.set()
+        try:
+            await gate.wait()
+        except asyncio.CancelledError:
+            journal.append("release cancelled")
+            raise
+        journal.append("release finished")
+        raise release_error
+
+    with clean_loop():
+        runner = Runner(lambda: _execute([Node("conn", conn, release=close)], ["conn"]))
+        await started(releasing)
+        for _ in range(3):
+            runner.task.cancel()
+            await yield_a_few()
+        assert not runner.task.done()
+        gate.set()
+        raised = await runner.outcome()
+    assert journal == ["release finished"]
+    assert isinstance(raised, asyncio.CancelledError)
+    assert failures(raised) == (release_error,)
+
+
+async def test_execute_passes_the_first_forward_cancel_on_once_then_releases() -> None:
+    querying = asyncio.Event()
+    journal: list[str] = []
+
+    async def conn() -> Conn:
+        return Conn("c")
+
+    async def query(conn: Conn) -> int:
+        querying.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            journal.append("query cancelled")
+            await asyncio.sleep(0.01)  # drains while the caller is cancelled again
+            raise
+        return 1
+
+    async def close(acq: Any) -> None:
+        await asyncio.sleep(0)
+        journal.append("close")
+
+    nodes = [Node("conn", conn, release=close, output_type=Conn), Node("query", query, ("conn",))]
+    with clean_loop():
+        runner = Runner(lambda: _execute(nodes, ["query"]))
+        await started(querying)
+        runner.task.cancel()
+        await yield_a_few()
+        runner.task.cancel()
+        raised = await runner.outcome()
+    assert journal == ["query cancelled", "close"]
+    assert isinstance(raised, asyncio.CancelledError)

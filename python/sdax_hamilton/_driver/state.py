@@ -72,6 +72,7 @@ class RunState:
         "_sleeping",
         "_sleeps",
         "_task",
+        "_through",
         "_two_clocks",
         "_values",
         "_waiter",
@@ -124,7 +125,8 @@ class RunState:
         self._fresh: list[Attempt] = []  # started calls whose awaitables are not launched yet
         self._live = 0  # attempt tasks not finished yet
         self._sleeping = 0  # retry waits armed and not over or stopped yet
-        self._shutting = False  # the shutdown task is the coordinator
+        self._shutting = False  # the coordinator carries out the shutdown phase
+        self._through = False  # execute(): the forward task goes on with the shutdown phase
         # The one timer serving every inline attempt's timeout (see ``AttemptMechanics``).
         self._inline_attempt: Attempt | None = None
         self._inline_timer: asyncio.TimerHandle | None = None
