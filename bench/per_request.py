@@ -42,8 +42,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import floor  # noqa: E402
-import shapes  # noqa: E402
+import floor
+import shapes
 
 Execute = Callable[[], Awaitable[Any]]
 
@@ -72,7 +72,11 @@ def _batch(loop: asyncio.AbstractEventLoop, execute: Execute, inner: int, conc: 
 
 
 def _measure(
-    loop: asyncio.AbstractEventLoop, runners: dict[str, Execute], conc: int, reps: int, batch_s: float
+    loop: asyncio.AbstractEventLoop,
+    runners: dict[str, Execute],
+    conc: int,
+    reps: int,
+    batch_s: float,
 ) -> dict[str, float]:
     """Median CPU seconds per execute for each runner, batches interleaved."""
     inner: dict[str, int] = {}
@@ -156,7 +160,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             gc.collect()
             gc.freeze()
             one = _measure(loop, runners, 1, args.reps, args.batch_s)
-            entry: dict[str, Any] = {"calls": case.nodes + case.releases, "c1_us": {}, "c100_per_s": {}}
+            entry: dict[str, Any] = {
+                "calls": case.nodes + case.releases,
+                "c1_us": {},
+                "c100_per_s": {},
+            }
             for name, sec in one.items():
                 entry["c1_us"][name] = sec * 1e6
             if size <= 4:
@@ -190,7 +198,9 @@ def render(results: dict[str, Any], old: dict[str, Any] | None) -> str:
     for key, e in results.items():
         c1 = e["c1_us"]
         cells = [f"{c1[n]:.1f}" if n in c1 else "-" for n in present]
-        cells += [f"{c1[n] - c1['floor']:+.1f}" if n in c1 else "-" for n in present if n != "floor"]
+        cells += [
+            f"{c1[n] - c1['floor']:+.1f}" if n in c1 else "-" for n in present if n != "floor"
+        ]
         if old is not None:
             o = old.get(key, {}).get("c1_us", {})
             if "ours" in o:

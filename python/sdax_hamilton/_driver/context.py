@@ -9,7 +9,6 @@ out STARTs") describes the protocol and why it has this shape.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
 import types
