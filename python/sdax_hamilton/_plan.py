@@ -239,8 +239,21 @@ class PreparedPlan:
         ``observer`` and ``timeout`` (the forward phase's budget in seconds, from this
         call) as for :meth:`open`.
         """
-        if self._program.resource_outputs:
-            raise ValueError(f"{_RESOURCE_OUTPUT}: {list(self._program.resource_outputs)}")
+        program = self._program
+        if program.resource_outputs:
+            raise ValueError(f"{_RESOURCE_OUTPUT}: {list(program.resource_outputs)}")
+        if program.adapters is None:
+            budget = None if timeout is None else _core.run_budget(timeout)
+            run = open_run(
+                program.plan,
+                program.runtimes,
+                self._values(inputs, overrides),
+                self.outputs,
+                seed=program.seed,
+                observer=observer,
+                timeout=budget,
+            )
+            return await run.execute()
         async with self.open(
             inputs=inputs, overrides=overrides, observer=observer, timeout=timeout
         ) as results:

@@ -131,6 +131,7 @@ class AttemptMechanics(RunState):
                 loop = self._loop
                 deadline = loop.time() + delay
                 due = _monotonic() + delay if self._two_clocks else _NO_DUE
+                self._sleeping += 1
                 self._sleeps[job] = loop.call_later(delay, self._sleep_over, job, deadline, due)
             elif op == _CANCEL:
                 self._cancel(job)
@@ -138,6 +139,7 @@ class AttemptMechanics(RunState):
                 handle = self._sleeps[job]
                 if handle is not None:
                     self._sleeps[job] = None
+                    self._sleeping -= 1
                     handle.cancel()
                 self._report().retry_cancelled(job, self._run.attempts(job))
             elif op == _START_CLIPPED:
@@ -291,7 +293,8 @@ class AttemptMechanics(RunState):
             self._post((RETURNED, attempt, value))
 
     async def _inline(self, attempt: Attempt) -> None:
-        """Await a lone forward attempt in the coordinator itself, the forward task.
+        """Await a lone attempt in the coordinator itself, the phase's task (a release
+        only when no other release is running or waiting for its retry).
 
         Cancellations of the forward task are told apart by count (the ``asyncio.timeout``
         technique): our timeout cancels the task once and takes its request back with
@@ -315,7 +318,12 @@ class AttemptMechanics(RunState):
         timed_out = attempt.state is _TIMED_OUT  # identity: cheaper than ==, same meaning
         if timed_out:
             task.uncancel()
-        if self._abort_requested:
+        if self._shutting:
+            if not timed_out and task.cancelling() > before:
+                # Someone cancelled the shutdown task (never the caller: its cancellations
+                # land on its own wait): recorded as a cancellation during cleanup.
+                self._failures().caller_cancelled(asyncio.CancelledError(), True)
+        elif self._abort_requested:
             # The caller cancelled meanwhile (its own CancelledError is the primary already).
             # The cancellation we passed on reached this attempt, unless it was held back
             # because the attempt was draining its timeout. Marked before the core's CANCEL.
@@ -368,7 +376,7 @@ class AttemptMechanics(RunState):
         if attempt.state != _RUNNING:
             return
         task = self._task
-        if self._abort_requested or task.cancelling() > attempt.baseline:
+        if (self._abort_requested and not self._shutting) or task.cancelling() > attempt.baseline:
             return  # the caller's cancellation is already on its way into the attempt
         attempt.state = _TIMED_OUT
         task.cancel(TIMEOUT_MESSAGE)

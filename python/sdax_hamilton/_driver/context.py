@@ -9,7 +9,7 @@ out STARTs") describes the protocol and why it has this shape.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import sys
 import time
 import types
 from collections.abc import Coroutine, Sequence
@@ -35,6 +35,28 @@ INSTANT_RETRIES: ContextVar[bool] = ContextVar("sdax_hamilton_instant_retries", 
 """Set by ``sdax_hamilton.testing.instant_retries``: retry waits of runs opened meanwhile are 0."""
 
 
+if sys.version_info >= (3, 12):
+
+    def _phase_task(
+        loop: asyncio.AbstractEventLoop, coordinator: Coroutine[Any, Any, None]
+    ) -> asyncio.Task[None]:
+        """The phase's task, started eagerly where the loop keeps asyncio's default task
+        factory: a phase that never suspends (small graphs with quick nodes) is over before
+        this returns, without a loop iteration; the caller then handles it as under an eager
+        task factory (``RunContext._phase``, tests/test_driver_loops.py)."""
+        if loop.get_task_factory() is None:
+            return asyncio.Task(coordinator, loop=loop, eager_start=True)
+        return loop.create_task(coordinator)
+
+else:
+
+    def _phase_task(
+        loop: asyncio.AbstractEventLoop, coordinator: Coroutine[Any, Any, None]
+    ) -> asyncio.Task[None]:
+        """The phase's task (Python 3.11 has no eager start for one task)."""
+        return loop.create_task(coordinator)
+
+
 def open_run(
     plan: _core.Plan,
     nodes: Sequence[NodeRuntime],
@@ -44,7 +66,7 @@ def open_run(
     seed: int | None = None,
     observer: object = None,
     timeout: float | None = None,
-) -> contextlib.AbstractAsyncContextManager[dict[str, Any]]:
+) -> RunContext:
     """One execution of ``plan`` as an async context manager (docs/api.md, "execute and
     open").
 
@@ -111,8 +133,24 @@ class RunContext(OutcomeHandling):
         if self._record is None:
             values = self._values
             return {name: values[name] for name in self._outputs}
-        await self._cleanup()
+        if not self._through:
+            await self._cleanup()
         self._fail_run()
+
+    async def execute(self) -> dict[str, Any]:
+        """The run without a body (``PreparedPlan.execute``): the forward task goes on with
+        the shutdown phase as soon as the forward phase is over, so both phases cost one
+        task and one wait. The caller's cancellations are taken as during the phase the
+        task is in (docs/internals.md, "How the driver carries out STARTs")."""
+        self._through = True
+        results = await self.__aenter__()  # both phases are over; nothing failed
+        outcome = self._finish(None)
+        if outcome is None:
+            return results
+        try:
+            raise outcome  # an observer raised KeyboardInterrupt/SystemExit at the end
+        finally:
+            del outcome  # the traceback holds this frame: no cycle through it
 
     async def __aexit__(
         self,
@@ -197,25 +235,26 @@ class RunContext(OutcomeHandling):
         self._phase_over = False
         self._phase_done = None
         self._began = False
-        task = self._phase_task = loop.create_task(coordinator)  # copies the caller's context
+        task = self._phase_task = _phase_task(loop, coordinator)  # copies the caller's context
         try:
             if self._phase_over:
                 # An eager task factory ran the whole phase inside create_task: the caller
                 # never waited, so a cancellation requested meanwhile is still pending.
                 # Take it now, as a wait would have, so it stays the caller's primary.
-                await self._take_pending_cancellation(shutdown)
+                await self._take_pending_cancellation(shutdown or self._shutting)
             while not self._phase_over:
                 done = self._phase_done = loop.create_future()
                 try:
                     await done
                 except _CancelledError as exc:
-                    self._caller_cancelled(exc, shutdown)
+                    # ``_shutting``: an execute()'s forward task has gone on with the cleanup.
+                    self._caller_cancelled(exc, shutdown or self._shutting)
                     if task.done() and not self._phase_over:
                         self._never_ran(shutdown)
         except BaseException:
             # Not a cancellation: a KeyboardInterrupt raised into this task by a signal
             # handler, say. Nobody waits for the forward phase any more: abort it.
-            if not shutdown:
+            if not (shutdown or self._shutting):
                 self._request_abort()
             raise
         self._phase_done = None
@@ -273,6 +312,14 @@ class RunContext(OutcomeHandling):
                     self._run.clock(self._loop.time())
                 self._execute(self._run.start())
                 await self._drive(False)
+            if self._through:
+                self._shutting = True  # from here on the caller's cancellations are cleanup's
+                if self._observers is not None:
+                    self._report().shutdown_started()
+                commands = self._run.begin_shutdown()
+                if commands or not self._run.finished:
+                    self._execute(commands)
+                    await self._drive(True)
         except BaseException as exc:  # nothing escapes a task into the loop
             self._abandon(exc)
             self._internal = exc
@@ -287,6 +334,10 @@ class RunContext(OutcomeHandling):
     async def _shutdown(self, commands: list[_core.Command]) -> None:
         """The shutdown task: carry out the releases until every one has completed."""
         self._began = True
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task  # inline releases and their timeouts use it
+        self._shutting = True
         try:
             self._execute(commands)
             await self._drive(True)
@@ -294,6 +345,11 @@ class RunContext(OutcomeHandling):
             self._abandon(exc)
             self._internal = exc
         finally:
+            timer = self._inline_timer
+            if timer is not None:
+                self._inline_timer = None
+                timer.cancel()
+            del self._task
             self._phase_over_now()
 
     async def _drive(self, shutdown: bool) -> None:
@@ -307,11 +363,10 @@ class RunContext(OutcomeHandling):
                 handle(events.popleft())
             if fresh:
                 if (
-                    not shutdown
-                    and len(fresh) == 1
+                    len(fresh) == 1
                     and self._live == 0
                     and fresh[0].state is _CALLED  # not cancelled since the call
-                    and run.pending == 1
+                    and (self._sleeping == 0 if shutdown else run.pending == 1)
                 ):
                     await self._inline(fresh.pop())
                 else:

@@ -45,7 +45,9 @@ class OutcomeHandling(AttemptMechanics):
         elif kind == RAISED:
             self._raised(subject, payload)
         elif kind == ELAPSED:
-            self._sleeps[subject] = None
+            if self._sleeps[subject] is not None:
+                self._sleeps[subject] = None
+                self._sleeping -= 1
             self._execute(self._run.elapsed(subject))
         elif kind == UNSTARTED:
             self._unstarted(subject)

@@ -68,8 +68,11 @@ class RunState:
         "_run",
         "_running",
         "_seed",
+        "_shutting",
+        "_sleeping",
         "_sleeps",
         "_task",
+        "_through",
         "_two_clocks",
         "_values",
         "_waiter",
@@ -85,7 +88,7 @@ class RunState:
     _sleeps: list[asyncio.TimerHandle | None]  # per job: its retry wait
     _kwargs: list[dict[str, Any] | None]  # per forward job: its arguments, read at attempt 0
     _acquisitions: list[Acquisition[Any] | None]  # per owned forward job: what its release gets
-    _task: asyncio.Task[Any]  # the forward task, while it runs
+    _task: asyncio.Task[Any]  # the phase's task (forward or shutdown), while it runs
 
     def __init__(
         self,
@@ -121,6 +124,9 @@ class RunState:
         self._waiter: asyncio.Future[None] | None = None
         self._fresh: list[Attempt] = []  # started calls whose awaitables are not launched yet
         self._live = 0  # attempt tasks not finished yet
+        self._sleeping = 0  # retry waits armed and not over or stopped yet
+        self._shutting = False  # the coordinator carries out the shutdown phase
+        self._through = False  # execute(): the forward task goes on with the shutdown phase
         # The one timer serving every inline attempt's timeout (see ``AttemptMechanics``).
         self._inline_attempt: Attempt | None = None
         self._inline_timer: asyncio.TimerHandle | None = None
