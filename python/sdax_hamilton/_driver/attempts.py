@@ -378,6 +378,10 @@ class AttemptMechanics(RunState):
         task = self._task
         if (self._abort_requested and not self._shutting) or task.cancelling() > attempt.baseline:
             return  # the caller's cancellation is already on its way into the attempt
+        self._time_out(attempt, task)
+
+    def _time_out(self, attempt: Attempt, task: asyncio.Task[Any]) -> None:
+        """The attempt's time is up: cancel what runs it (inline: the coordinator's task)."""
         attempt.state = _TIMED_OUT
         task.cancel(TIMEOUT_MESSAGE)
         self._report().attempt_timed_out(
@@ -401,11 +405,4 @@ class AttemptMechanics(RunState):
         if rest > 0.0:  # fired early (see ``_sleep_over``)
             attempt.timer = self._loop.call_later(rest, self._on_timeout, attempt)
             return
-        attempt.state = _TIMED_OUT
-        task.cancel(TIMEOUT_MESSAGE)
-        self._report().attempt_timed_out(
-            attempt.job,
-            attempt.number + 1,
-            attempt.timeout,
-            self._was_clipped(attempt.job, attempt.number),
-        )
+        self._time_out(attempt, task)

@@ -324,12 +324,7 @@ class RunContext(OutcomeHandling):
             self._abandon(exc)
             self._internal = exc
         finally:
-            timer = self._inline_timer
-            if timer is not None:
-                self._inline_timer = None
-                timer.cancel()
-            del self._task  # no inline attempt is left to use it
-            self._phase_over_now()
+            self._phase_task_over()
 
     async def _shutdown(self, commands: list[_core.Command]) -> None:
         """The shutdown task: carry out the releases until every one has completed."""
@@ -345,12 +340,17 @@ class RunContext(OutcomeHandling):
             self._abandon(exc)
             self._internal = exc
         finally:
-            timer = self._inline_timer
-            if timer is not None:
-                self._inline_timer = None
-                timer.cancel()
-            del self._task
-            self._phase_over_now()
+            self._phase_task_over()
+
+    def _phase_task_over(self) -> None:
+        """A phase's task ends: its inline timer goes, no inline attempt is left to use the
+        task, and the caller is woken."""
+        timer = self._inline_timer
+        if timer is not None:
+            self._inline_timer = None
+            timer.cancel()
+        del self._task
+        self._phase_over_now()
 
     async def _drive(self, shutdown: bool) -> None:
         """Process events and carry out commands until the phase is quiescent."""
