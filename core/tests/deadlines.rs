@@ -16,19 +16,9 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-#[derive(Clone, Copy, Debug)]
-enum Outcome {
-    Return,
-    Raise { retryable: bool },
-}
+mod common;
 
-#[derive(Debug)]
-enum Event {
-    Returned(u32),
-    Raised(u32, bool),
-    TimedOut(u32),
-    Elapsed(u32),
-}
+use common::{spawn_attempt, spawn_sleep, Event, Outcome};
 
 #[derive(Clone, Debug, PartialEq)]
 enum Entry {
@@ -143,42 +133,14 @@ impl Exec {
                         .get(&(c.job, c.attempt))
                         .copied()
                         .unwrap_or((0.0, Outcome::Return));
-                    let tx = self.tx.clone();
-                    let job = c.job;
-                    let timeout = c.arg;
-                    self.tasks.insert(
-                        job,
-                        tokio::spawn(async move {
-                            let body = async move {
-                                tokio::time::sleep(Duration::from_secs_f64(secs)).await;
-                                outcome
-                            };
-                            let result = match timeout {
-                                Some(t) => tokio::time::timeout(Duration::from_secs_f64(t), body)
-                                    .await
-                                    .ok(),
-                                None => Some(body.await),
-                            };
-                            let _ = tx.send(match result {
-                                Some(Outcome::Return) => Event::Returned(job),
-                                Some(Outcome::Raise { retryable }) => Event::Raised(job, retryable),
-                                None => Event::TimedOut(job),
-                            });
-                        }),
-                    );
+                    let attempt = spawn_attempt(self.tx.clone(), c.job, secs, outcome, c.arg);
+                    self.tasks.insert(c.job, attempt);
                 }
                 Op::Sleep => {
                     let delay = c.arg.unwrap();
                     self.log.push((t, Entry::Sleep { job: c.job, delay }));
-                    let tx = self.tx.clone();
-                    let job = c.job;
-                    self.timers.insert(
-                        job,
-                        tokio::spawn(async move {
-                            tokio::time::sleep(Duration::from_secs_f64(delay)).await;
-                            let _ = tx.send(Event::Elapsed(job));
-                        }),
-                    );
+                    let wait = spawn_sleep(self.tx.clone(), c.job, delay);
+                    self.timers.insert(c.job, wait);
                 }
                 Op::Cancel => {
                     self.log.push((t, Entry::Cancel { job: c.job }));
