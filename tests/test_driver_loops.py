@@ -6,6 +6,10 @@
 * With ``asyncio.eager_task_factory`` (Python 3.12+) a phase may complete inside
   ``create_task``, in the step in which the caller is cancelled: the caller's
   ``CancelledError`` must stay the primary.
+* On loops without a task factory (asyncio's and uvloop's), a phase's task starts eagerly
+  on every Python (3.12's ``eager_start``; on 3.11 the driver runs the task's first step
+  itself): a run whose nodes never suspend takes no loop iteration, and its nodes run in
+  the phase's task from their first step.
 """
 
 from __future__ import annotations
@@ -258,6 +262,99 @@ def test_a_cancellation_during_an_eager_forward_phase_stays_primary(
         await asyncio.sleep(0)
 
     _run(loop, main)
+
+
+QUICK = """
+import asyncio
+import contextvars
+
+SEEN = contextvars.ContextVar("SEEN", default="unset")
+
+
+async def first() -> int:
+    SEEN.set("node")
+    return 1
+
+
+async def second(first: int) -> int:
+    return first + 1
+"""
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_an_eager_phase_takes_no_loop_iteration(loop: str, make_module: Any) -> None:
+    module = make_module(QUICK)
+    plan = Driver(module).prepare(["second"])
+
+    async def main() -> None:
+        ran: list[str] = []
+        running = asyncio.get_running_loop()
+        running.call_soon(ran.append, "callback")
+        assert await plan.execute() == {"second": 2}
+        assert ran == []  # the callback queued before the run has not run yet
+        assert module.SEEN.get() == "unset"  # the node set it in the run's context copy
+        assert "call_soon" not in getattr(running, "__dict__", {})
+
+    _run(loop, main)
+
+
+IN_TASK = """
+import asyncio
+
+CALLER: list[asyncio.Task] = []
+TASKS: list[object] = []
+
+
+async def guarded() -> str:
+    TASKS.append(asyncio.current_task())
+    try:
+        async with asyncio.timeout(0.01):  # entered before the node's first suspension
+            await asyncio.sleep(5)
+    except TimeoutError:
+        TASKS.append(asyncio.current_task())
+        return "timed out"
+    return "slept"
+"""
+
+
+@pytest.mark.parametrize("loop", sorted(LOOPS))
+def test_a_node_runs_in_the_phase_task_from_its_first_step(loop: str, make_module: Any) -> None:
+    module = make_module(IN_TASK)
+    plan = Driver(module).prepare(["guarded"])
+
+    async def main() -> None:
+        caller = asyncio.current_task()
+        assert await plan.execute() == {"guarded": "timed out"}
+        before, after = module.TASKS
+        assert isinstance(before, asyncio.Task) and before is after
+        assert before is not caller  # its asyncio.timeout cancelled the phase's task
+        assert caller is not None and caller.cancelling() == 0
+
+    _run(loop, main)
+
+
+def test_a_loop_whose_call_soon_is_replaced_keeps_it(make_module: Any) -> None:
+    module = make_module(QUICK)
+    plan = Driver(module).prepare(["second"])
+    queued: list[object] = []
+
+    async def main() -> None:
+        running = asyncio.get_running_loop()
+        original = running.call_soon
+
+        def call_soon(callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
+            queued.append(callback)
+            return original(callback, *args, context=context)
+
+        running.call_soon = call_soon  # type: ignore[method-assign]
+        try:
+            assert await plan.execute() == {"second": 2}
+            assert running.call_soon is call_soon  # not replaced: the task went the usual way
+        finally:
+            del running.call_soon
+        assert queued  # the phase task's first step was queued through it
+
+    _run("asyncio", main)
 
 
 def test_the_monotonic_clock_is_the_one_nodes_see() -> None:

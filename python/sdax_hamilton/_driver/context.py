@@ -49,12 +49,58 @@ if sys.version_info >= (3, 12):
         return loop.create_task(coordinator)
 
 else:
+    _enter_task: Final = asyncio.tasks._enter_task
+    _leave_task: Final = asyncio.tasks._leave_task
+
+    class _StepCatcher:
+        """Stands in for the loop's ``call_soon`` while a phase task is created: keeps the
+        task's first step instead of queueing it."""
+
+        __slots__ = ("context", "step")
+
+        def __init__(self) -> None:
+            self.step: Any = None
+            self.context: Any = None
+
+        def __call__(self, step: Any, *args: Any, context: Any = None) -> None:
+            self.step = step
+            self.context = context
 
     def _phase_task(
         loop: asyncio.AbstractEventLoop, coordinator: Coroutine[Any, Any, None]
     ) -> asyncio.Task[None]:
-        """The phase's task (Python 3.11 has no eager start for one task)."""
-        return loop.create_task(coordinator)
+        """The phase's task, started eagerly as on Python 3.12 (above), where the loop keeps
+        asyncio's default task factory and has an instance dictionary (asyncio's loops and
+        uvloop's do).
+
+        ``asyncio.Task`` hands its first step to ``loop.call_soon``; an instance attribute
+        shadowing that method for the duration of the constructor catches it, and the step
+        runs now, in the task's context, with the task as the loop's current task (the
+        caller's task is set aside meanwhile), which is what 3.12's ``eager_start`` does. A
+        phase that never suspends is then over without a loop iteration; one that
+        suspends goes on as any task. Nothing else runs while the stand-in is in place
+        (tests/test_driver_loops.py: an eager phase, a replaced ``call_soon`` kept).
+        """
+        attrs = getattr(loop, "__dict__", None)
+        if attrs is None or "call_soon" in attrs or loop.get_task_factory() is not None:
+            return loop.create_task(coordinator)
+        catcher = attrs["call_soon"] = _StepCatcher()
+        try:
+            task = asyncio.Task(coordinator, loop=loop)
+        finally:
+            del attrs["call_soon"]
+        step = catcher.step
+        if step is None:  # pragma: no cover - the task queued its step some other way
+            return task
+        caller = asyncio.current_task(loop)
+        if caller is not None:
+            _leave_task(loop, caller)
+        try:
+            catcher.context.run(step)
+        finally:
+            if caller is not None:
+                _enter_task(loop, caller)
+        return task
 
 
 def open_run(
