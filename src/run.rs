@@ -4,10 +4,12 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
-use pyo3::types::{PyFloat, PyInt, PyList};
+use pyo3::types::{PyDict, PyFloat, PyInt, PyList};
+use pyo3::{PyTraverseError, PyVisit};
 
-use sdax_core::{Command, Failure, Hint, Run};
+use sdax_core::{Command, Failure, Hint, Op, Run};
 
+use crate::carry::{Carried, Carrying, PyCarrier, CARRIED};
 use crate::graph::PyPlan;
 use crate::policy::type_name;
 
@@ -40,14 +42,62 @@ fn retry_delay(decided: Failure) -> Option<f64> {
     }
 }
 
+/// `Run.carry_with`'s argument: `(carrier, values, acquisitions, task, clock)`.
+type CarryingArgs = (Py<PyCarrier>, Py<PyDict>, Py<PyList>, Py<PyAny>, Py<PyAny>);
+
 /// Scheduling state of one execution of a `Plan`.
 #[pyclass(module = "sdax_hamilton._core", name = "Run")]
 pub(crate) struct PyRun {
     core: Run,
     out: Vec<Command>,
+    /// Set while a phase carries out its lone STARTs inline (src/carry.rs).
+    carrying: Option<Carrying>,
 }
 
 impl PyRun {
+    /// The core's commands, after carrying out the lone STARTs among them while a carrier
+    /// is attached (src/carry.rs): a START the carrier declines stays a command; one it
+    /// hands back becomes the only command,
+    /// ``(CARRIED, job, kind, (payload, extra, timeout, started))``.
+    fn carried<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let Some(carrying) = self.carrying.as_ref() else {
+            return self.commands(py);
+        };
+        let carrying = carrying.clone_ref(py);
+        let carrier = carrying.carrier.get();
+        let n = carrier.forward_count();
+        while let [c] = self.out[..] {
+            if c.op != Op::Start || c.attempt != 0 || self.core.pending() != 1 {
+                break;
+            }
+            let job = c.job as usize;
+            let started = match c.arg {
+                Some(_) => carrying.now(py)?,
+                None => py.None().into_bound(py),
+            };
+            let outcome = if job < n {
+                carrier.call_node(py, job, &carrying)?
+            } else {
+                carrier.call_release(py, job - n, &carrying)?
+            };
+            match outcome {
+                Carried::Declined => break,
+                Carried::Done => {
+                    self.out.clear();
+                    self.core
+                        .succeeded(i64::from(c.job), &mut self.out)
+                        .map_err(run_err)?;
+                }
+                Carried::HandBack(kind, payload, extra) => {
+                    self.out.clear();
+                    let arg = (payload, extra, c.arg, started);
+                    return PyList::new(py, [(CARRIED, c.job, kind, arg)]);
+                }
+            }
+        }
+        self.commands(py)
+    }
+
     fn commands<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let list = PyList::new(
             py,
@@ -93,12 +143,38 @@ impl PyRun {
             core: Run::new(Arc::clone(&plan.get().core), seed)
                 .with_instant_retries(instant_retries),
             out: Vec::with_capacity(8),
+            carrying: None,
         })
+    }
+
+    /// Attach ``(carrier, values, acquisitions, task, clock)`` for the phase carried out by
+    /// ``task`` on the loop whose ``time`` is ``clock``: from now on ``start``,
+    /// ``succeeded`` and ``begin_shutdown`` carry out lone STARTs inline (src/carry.rs).
+    /// ``None`` detaches them.
+    fn carry_with(&mut self, carrying: Option<CarryingArgs>) {
+        self.carrying = carrying.map(|(carrier, values, acquisitions, task, clock)| Carrying {
+            carrier,
+            values,
+            acquisitions,
+            task,
+            clock,
+        });
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        match &self.carrying {
+            Some(carrying) => carrying.traverse(&visit),
+            None => Ok(()),
+        }
+    }
+
+    fn __clear__(&mut self) {
+        self.carrying = None;
     }
 
     fn start<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         self.core.start(&mut self.out).map_err(run_err)?;
-        self.commands(py)
+        self.carried(py)
     }
 
     fn succeeded<'py>(
@@ -109,7 +185,7 @@ impl PyRun {
         self.core
             .succeeded(job_id(job, "succeeded")?, &mut self.out)
             .map_err(run_err)?;
-        self.commands(py)
+        self.carried(py)
     }
 
     fn failed<'py>(
@@ -232,7 +308,7 @@ impl PyRun {
 
     fn begin_shutdown<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         self.core.begin_shutdown(&mut self.out).map_err(run_err)?;
-        self.commands(py)
+        self.carried(py)
     }
 
     #[getter]

@@ -9,7 +9,7 @@ and the order of releases (the one the plan picture draws) are all the core's.
 """
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Final, final
+from typing import Any, Final, final
 
 __version__: Final[str]
 
@@ -41,7 +41,51 @@ START_CLIPPED: Final[int]  # = 7: START whose timeout ``arg`` is the time left b
 BAD_HINT: Final[int]  # = 8: the hint for attempt ``attempt`` was unusable: its failure is
 #                       final. Report nothing.
 
-Command = tuple[int, int, int, float | None]
+# Emitted only while a carrier is attached (``Run.carry_with``; src/carry.rs):
+CARRIED: Final[int]  # = 0x80: the Run carried out the first attempt of ``job`` itself (a
+#                      lone START) and hands it back; ``attempt`` is how it ended (below),
+#                      ``arg`` is ``(payload, extra, timeout, started)``: ``extra`` is a
+#                      node's keyword arguments; for a release whose coroutine was stepped,
+#                      the phase task's ``cancelling()`` count before the call, else
+#                      ``None``; ``timeout`` the START's; ``started`` ``(loop time,
+#                      monotonic time)`` before the call when it has a timeout, else None
+CARRIED_RAISED: Final[int]  # = 0: the call (or its first step) raised ``payload``
+CARRIED_RETURNED: Final[int]  # = 1: it returned ``payload``, for the driver to check
+CARRIED_SUSPENDED: Final[int]  # = 2: ``payload`` is ``(coroutine, what its first step yielded)``
+CARRIED_AWAITABLE: Final[int]  # = 3: the call returned ``payload``, an awaitable to await
+
+Command = tuple[int, int, int, Any]
+"""``(op, job, attempt, arg)``: ``arg`` is a float or ``None``, or ``CARRIED``'s pair."""
+
+@final
+class Carrier:
+    """How a plan's jobs are called inline by a ``Run`` (src/carry.rs), built once per plan
+    by ``sdax_hamilton._driver.carrier_of``."""
+
+    def __new__(
+        cls,
+        nodes: Sequence[
+            tuple[
+                Callable[..., Any],
+                str,
+                Sequence[tuple[str, str]],
+                dict[str, Any] | None,
+                Sequence[tuple[str, Callable[[Any], bool]]],
+                Callable[[Any], bool] | None,
+                Any,
+                bool,
+            ]
+        ],
+        releases: Sequence[Callable[[Any], Any] | None],
+        acquisition: Callable[..., Any],
+        isawaitable: Callable[[Any], bool],
+        coroutine_type: type,
+        monotonic: Callable[[], float],
+    ) -> Carrier:
+        """``nodes[i]``: ``(call, name, args, defaults, checks, output_check, output_type,
+        owned)`` of active node ``i``, as in its ``NodeRuntime``; ``releases[i]``: its
+        release function or ``None``."""
+    def __len__(self) -> int: ...
 
 @final
 class Policy:
@@ -229,6 +273,15 @@ class Run:
     def cancel(self) -> list[Command]:
         """Caller cancellation or abort of the forward phase: CANCEL running forward jobs,
         STOP_SLEEP waiting ones, start nothing new. Idempotent. No effect on releases."""
+    def carry_with(
+        self,
+        carrying: tuple[Carrier, dict[str, Any], list[Any], object, Callable[[], float]] | None,
+    ) -> None:
+        """Attach ``(carrier, values, acquisitions, task, clock)`` for the phase ``task``
+        carries out on the loop whose ``time`` is ``clock``: ``start``, ``succeeded`` and
+        ``begin_shutdown`` then carry out the lone STARTs (first attempts) among their
+        commands themselves, storing values and acquisition records, and return what
+        remains, or one ``CARRIED`` command. ``None`` detaches them."""
     def begin_shutdown(self) -> list[Command]:
         """End of the forward phase (and of the body): START the first releases.
 

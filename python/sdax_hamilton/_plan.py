@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import _core
-from ._driver import NodeRuntime, ReleaseRuntime, open_run
+from ._driver import NodeRuntime, ReleaseRuntime, carrier_of, open_run
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
 from ._types import accepts, checker, compatible, describe, mismatch, validate_type
@@ -99,6 +99,13 @@ class _Program:
     """Reached nodes that do not run: name -> ``"config"`` or ``"override"``."""
     adapters: Adapters | None = None
     """The Driver's Hamilton lifecycle adapters, if any (docs/adapters.md)."""
+    input_names: frozenset[str] = frozenset()
+    """The run inputs every run must supply (the keys of ``PreparedPlan.required_inputs``)."""
+    config_table: dict[str, Any] = field(default_factory=dict)
+    """``config`` as the plain dict each run's value table starts from."""
+    carrier: _core.Carrier | None = None
+    """How runs carry out their lone STARTs in the core (docs/internals.md, "The inline
+    carrier"), built from ``runtimes`` as runs call them."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,34 +128,28 @@ class PreparedPlan:
         self, inputs: Mapping[str, Any] | None, overrides: Mapping[str, Any] | None
     ) -> dict[str, Any]:
         """docs/contract.md#run-checks: shape and value checks, then the run's fresh value table."""
-        supplied = dict(inputs) if inputs is not None else {}
-        replaced = dict(overrides) if overrides is not None else {}
-        if supplied.keys() != self.required_inputs.keys():
+        program = self._program
+        # Read, never changed (the run's table is a new dict, below): a dict is not copied.
+        supplied = inputs if type(inputs) is dict else {} if inputs is None else dict(inputs)
+        if supplied.keys() != program.input_names:
             raise ValueError(
                 "Input shape mismatch: expected "
                 f"{sorted(self.required_inputs)}, got {sorted(supplied, key=repr)}"
             )
-        if replaced.keys() != self.override_nodes:
-            raise ValueError(
-                "Override shape mismatch: expected "
-                f"{sorted(self.override_nodes)}, got {sorted(replaced, key=repr)}"
-            )
-        program = self._program
-        for name, checks in program.input_checks:
-            value = supplied[name]
-            for check, tp in checks:
-                if not check(value):
-                    raise TypeError(
-                        f"Invalid input: {name} — {mismatch(f'input {name!r}', tp, value)}"
-                    )
-        for name, checks in program.override_checks:
-            value = replaced[name]
-            for check, tp in checks:
-                if not check(value):
-                    raise TypeError(
-                        f"Invalid override: {name} — {mismatch(f'override {name!r}', tp, value)}"
-                    )
-        return {**program.config, **supplied, **replaced}
+        replaced = None
+        if overrides is not None or self.override_nodes:
+            replaced = overrides if type(overrides) is dict else dict(overrides or {})
+            if replaced.keys() != self.override_nodes:
+                raise ValueError(
+                    "Override shape mismatch: expected "
+                    f"{sorted(self.override_nodes)}, got {sorted(replaced, key=repr)}"
+                )
+        _check_values(program.input_checks, supplied, "input")
+        table = {**program.config_table, **supplied}
+        if replaced:
+            _check_values(program.override_checks, replaced, "override")
+            table.update(replaced)
+        return table
 
     def open(
         self,
@@ -179,6 +180,7 @@ class PreparedPlan:
                 seed=program.seed,
                 observer=observer,
                 timeout=budget,
+                carrier=program.carrier,
             )
         return adapters.open(
             functools.partial(
@@ -190,6 +192,7 @@ class PreparedPlan:
                 seed=program.seed,
                 observer=observer,
                 timeout=budget,
+                carrier=program.carrier,
             ),
             final_vars=self.outputs,
             inputs=inputs or {},
@@ -252,12 +255,29 @@ class PreparedPlan:
                 seed=program.seed,
                 observer=observer,
                 timeout=budget,
+                carrier=program.carrier,
             )
             return await run.execute()
         async with self.open(
             inputs=inputs, overrides=overrides, observer=observer, timeout=timeout
         ) as results:
             return results
+
+
+def _check_values(
+    checks: tuple[tuple[str, tuple[tuple[Check, Any], ...]], ...],
+    values: Mapping[str, Any],
+    what: str,
+) -> None:
+    """Each value against every requirement on it: ``TypeError`` "Invalid input: x — ..."
+    (or "Invalid override: ...") naming the first one it fails."""
+    for name, requirements in checks:
+        value = values[name]
+        for check, tp in requirements:
+            if not check(value):
+                raise TypeError(
+                    f"Invalid {what}: {name} — {mismatch(f'{what} {name!r}', tp, value)}"
+                )
 
 
 def build_plan(
@@ -305,6 +325,12 @@ def build_plan(
     )
     if adapters is not None:  # node hooks around every call (docs/adapters.md)
         program = replace(program, runtimes=adapters.wrap(program.runtimes), adapters=adapters)
+    program = replace(
+        program,
+        input_names=frozenset(required),
+        config_table=dict(config),
+        carrier=carrier_of(program.runtimes),
+    )
     return PreparedPlan(
         outputs=outputs,
         required_inputs=MappingProxyType(required),

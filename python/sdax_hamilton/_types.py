@@ -629,17 +629,7 @@ def _compile(node: _Norm, compiling: tuple[type, ...]) -> Predicate | None:
     if kind == _ANY:
         return None
     if kind == _CLS:
-        cls = node[1]
-        if cls is object:
-            return None
-        if cls is NoneType:
-            return _is_none
-        spec = _instance_spec(node)
-
-        def check_class(value: Any, spec: Any = spec) -> bool:
-            return isinstance(value, spec)
-
-        return check_class
+        return _compile_class(node)
     if kind == _LIT:
         return _compile_literal(node[1])
     if kind == _UNION:
@@ -655,6 +645,24 @@ def _compile(node: _Norm, compiling: tuple[type, ...]) -> Predicate | None:
     if kind == _TD:
         return _compile_typeddict(node[1], compiling)
     raise AssertionError(f"unknown normalised type kind {kind}")  # pragma: no cover
+
+
+def _compile_class(node: _Norm) -> Predicate | None:
+    cls = node[1]
+    if cls is object:
+        return None
+    if cls is NoneType:
+        return _is_none
+    spec = _instance_spec(node)
+    if type(spec) is type:
+        # What isinstance() calls for a class of the plain metaclass, without a Python
+        # frame per check (inputs are checked on every run's hot path).
+        return spec.__instancecheck__
+
+    def check_class(value: Any, spec: Any = spec) -> bool:
+        return isinstance(value, spec)
+
+    return check_class
 
 
 def _is_none(value: Any) -> bool:

@@ -199,7 +199,7 @@ class Mode:
         return [node, Node("companion", companion)], [node.name, "companion"]
 
     def check(self, runner: asyncio.Task[Any] | None = None) -> None:
-        """The node ran inline in the run's forward task or in attempt tasks of its own,
+        """The node ran inline in the run's phase task or in attempt tasks of its own,
         never in the caller's task; ``runner`` is the task that awaited the run when it is
         not the current one."""
         me = runner or asyncio.current_task()
@@ -207,7 +207,7 @@ class Mode:
         assert all(task is not None and task is not me for task in self.tasks)
         coordinators = {coordinator_of(task) for task in self.tasks}
         if self.name == "inline":
-            assert coordinators == {"RunContext._forward"}
+            assert coordinators == {"RunContext._coordinate"}
             assert len(set(self.tasks)) == 1  # every attempt in the one forward task
         else:
             assert coordinators == {"AttemptMechanics._attempt_task"}

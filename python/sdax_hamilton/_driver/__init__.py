@@ -15,7 +15,7 @@ docs/internals.md describes the protocol. The parts, each a module:
 """
 
 from .context import INSTANT_RETRIES, JITTER_SEED, RunContext, open_run
-from .runtime import TIMEOUT_MESSAGE, NodeRuntime, ReleaseRuntime, is_retryable
+from .runtime import TIMEOUT_MESSAGE, NodeRuntime, ReleaseRuntime, carrier_of, is_retryable
 
 __all__ = [
     "INSTANT_RETRIES",
@@ -24,6 +24,7 @@ __all__ = [
     "ReleaseRuntime",
     "RunContext",
     "TIMEOUT_MESSAGE",
+    "carrier_of",
     "is_retryable",
     "open_run",
 ]

@@ -15,6 +15,7 @@ import inspect
 import math
 import time
 import types
+from collections.abc import Generator
 from typing import Any, Final
 
 from .. import _core
@@ -30,6 +31,10 @@ _START_CLIPPED: Final = _core.START_CLIPPED
 _EXPIRE: Final = _core.EXPIRE
 _NO_ROOM: Final = _core.NO_ROOM
 _BAD_HINT: Final = _core.BAD_HINT
+_CARRIED: Final = _core.CARRIED
+_CARRIED_RAISED: Final = _core.CARRIED_RAISED
+_CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
+_CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
 _CoroutineType: Final = types.CoroutineType
 _monotonic: Final = time.monotonic
 
@@ -70,6 +75,10 @@ _CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
 class Attempt:
     """One carried-out START command (a call of a node or of a release)."""
 
+    baseline: int
+    deadline: float
+    due: float
+
     __slots__ = (
         "aw",
         "baseline",
@@ -77,6 +86,7 @@ class Attempt:
         "due",
         "job",
         "number",
+        "started",
         "state",
         "task",
         "timeout",
@@ -91,10 +101,13 @@ class Attempt:
         self.aw: Any = None  # the awaitable the call returned
         self.task: asyncio.Task[None] | None = None  # its own task, when not inline
         self.timer: asyncio.Handle | None = None  # its own timeout, when not inline
-        self.baseline = 0  # inline: the forward task's cancelling() count when it began
-        # With a timeout: when it expires, by the loop's clock and by the monotonic clock.
-        self.deadline = 0.0
-        self.due = 0.0
+        # Carried out by the core (``_carried``) with a timeout: ``(loop time, monotonic
+        # time)`` before the call, where its timer counts from; else from being awaited.
+        self.started: tuple[float, float] | None = None
+        # Set where they are first needed (not every attempt needs them):
+        # ``baseline``: inline, the phase task's cancelling() count when the attempt began;
+        # ``deadline``, ``due``: with a timeout, when it expires by the loop's clock and by
+        # the monotonic clock.
 
     @property
     def cancelled(self) -> bool:
@@ -105,6 +118,25 @@ class Attempt:
     def timed_out(self) -> bool:
         """Our timer cancelled this attempt."""
         return self.state == _TIMED_OUT or self.state == _CANCELLED_TIMED_OUT
+
+
+@types.coroutine
+def _resume(coroutine: Any, yielded: Any) -> Generator[Any, Any, Any]:
+    """Go on awaiting ``coroutine``, whose first step ran in the core's ``Run`` and yielded
+    ``yielded`` (a future it waits for, or ``None`` for a bare yield): hand that to the task,
+    as the coroutine's own ``await`` would have, then delegate to the coroutine."""
+    try:
+        yield yielded
+    except GeneratorExit:
+        coroutine.close()
+        raise
+    except BaseException as exc:  # thrown in by the task (a cancellation): pass it on
+        try:
+            yielded = coroutine.throw(exc)
+        except StopIteration as stop:
+            return stop.value
+        return (yield from _resume(coroutine, yielded))
+    return (yield from coroutine)
 
 
 class AttemptMechanics(RunState):
@@ -126,6 +158,8 @@ class AttemptMechanics(RunState):
         for op, job, attempt, arg in commands:
             if op == _START:
                 self._start(job, attempt, arg)
+            elif op == _CARRIED:
+                self._carried(job, attempt, arg)
             elif op == _SLEEP:
                 delay = arg or 0.0
                 loop = self._loop
@@ -204,6 +238,32 @@ class AttemptMechanics(RunState):
         else:
             self._post((RETURNED, attempt, result))
 
+    def _carried(self, job: int, how: int, arg: tuple[Any, Any, float | None, Any]) -> None:
+        """Go on with the first attempt of ``job``, carried out by the core's ``Run`` up to
+        where the driver is needed (src/carry.rs): ``how`` it ended, and ``arg``:
+        ``(payload, extra, timeout, started)``. ``extra``: a node's arguments; for a release
+        whose coroutine was stepped, the phase task's cancellation count before the call
+        (``None`` otherwise). ``started``: the clocks before the call, with a timeout."""
+        payload, extra, timeout, started = arg
+        attempt = Attempt(job, 0, timeout)
+        self._running[job] = attempt
+        if job < self._n:
+            self._kwargs[job] = extra  # read by its retries
+            if self._nodes[job].release is not None and self._acquisitions[job] is None:
+                self._acquisitions[job] = Acquisition()
+        elif extra is not None and self._task.cancelling() > extra:
+            # The release's coroutine cancelled its own task, as ``_inline`` records it:
+            # never the caller, whose cancellations land on its own wait.
+            self._failures().caller_cancelled(asyncio.CancelledError(), True)
+        if how == _CARRIED_RAISED:
+            self._post((RAISED, attempt, payload))
+        elif how == _CARRIED_RETURNED:
+            self._post((RETURNED, attempt, payload))
+        else:  # awaited like any awaitable a call returned (a lone one: inline)
+            attempt.aw = _resume(*payload) if how == _CARRIED_SUSPENDED else payload
+            attempt.started = started  # its timer counts from the call
+            self._fresh.append(attempt)
+
     def _first_kwargs(self, node: NodeRuntime, attempt: Attempt) -> dict[str, Any] | None:
         """The first attempt's arguments, read and checked; ``None`` after reporting bad
         input. An owner gets its acquisition record here, once."""
@@ -276,9 +336,9 @@ class AttemptMechanics(RunState):
             attempt.task = loop.create_task(self._attempt_task(attempt))
             timeout = attempt.timeout
             if timeout is not None:
-                attempt.deadline = loop.time() + timeout
-                attempt.due = _monotonic() + timeout if self._two_clocks else _NO_DUE
-                attempt.timer = loop.call_later(timeout, self._on_timeout, attempt)
+                attempt.timer = loop.call_at(
+                    self._set_deadline(attempt, timeout), self._on_timeout, attempt
+                )
         self._fresh.clear()
 
     async def _attempt_task(self, attempt: Attempt) -> None:
@@ -344,14 +404,26 @@ class AttemptMechanics(RunState):
             # An exception's traceback holds this frame: no cycle through its locals.
             payload = None
 
+    def _set_deadline(self, attempt: Attempt, timeout: float) -> float:
+        """When the attempt's time is up, by the loop's clock (returned) and the monotonic
+        clock: ``timeout`` from now, or from before the call when the core carried it out
+        (``Attempt.started``)."""
+        started = attempt.started
+        if started is None:
+            deadline = attempt.deadline = self._loop.time() + timeout
+            attempt.due = _monotonic() + timeout if self._two_clocks else _NO_DUE
+        else:
+            deadline = attempt.deadline = started[0] + timeout
+            attempt.due = started[1] + timeout if self._two_clocks else _NO_DUE
+        return deadline
+
     def _arm_inline_timer(self, attempt: Attempt, timeout: float) -> None:
         """One timer per run serves every inline attempt: armed for the earliest pending
         deadline, re-armed when it fires early for a later one, never cancelled per attempt
         (a long inline chain would otherwise pile cancelled timer handles into the loop's
         heap without the loop ever running to clean them)."""
         loop = self._loop
-        deadline = attempt.deadline = loop.time() + timeout
-        attempt.due = _monotonic() + timeout if self._two_clocks else _NO_DUE
+        deadline = self._set_deadline(attempt, timeout)
         self._inline_attempt = attempt
         timer = self._inline_timer
         if timer is None or self._inline_when > deadline:

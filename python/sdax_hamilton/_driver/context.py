@@ -36,6 +36,7 @@ INSTANT_RETRIES: ContextVar[bool] = ContextVar("sdax_hamilton_instant_retries", 
 
 
 if sys.version_info >= (3, 12):
+    _task_of: Final = asyncio.current_task  # implemented in C from 3.12
 
     def _phase_task(
         loop: asyncio.AbstractEventLoop, coordinator: Coroutine[Any, Any, None]
@@ -49,6 +50,8 @@ if sys.version_info >= (3, 12):
         return loop.create_task(coordinator)
 
 else:
+    # ``asyncio.current_task`` is Python code on 3.11; the table it reads is C's.
+    _task_of: Final = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]
     _enter_task: Final = asyncio.tasks._enter_task
     _leave_task: Final = asyncio.tasks._leave_task
 
@@ -57,10 +60,6 @@ else:
         task's first step instead of queueing it."""
 
         __slots__ = ("context", "step")
-
-        def __init__(self) -> None:
-            self.step: Any = None
-            self.context: Any = None
 
         def __call__(self, step: Any, *args: Any, context: Any = None) -> None:
             self.step = step
@@ -89,10 +88,10 @@ else:
             task = asyncio.Task(coordinator, loop=loop)
         finally:
             del attrs["call_soon"]
-        step = catcher.step
+        step = getattr(catcher, "step", None)
         if step is None:  # pragma: no cover - the task queued its step some other way
             return task
-        caller = asyncio.current_task(loop)
+        caller = _task_of(loop)
         if caller is not None:
             _leave_task(loop, caller)
         try:
@@ -112,6 +111,7 @@ def open_run(
     seed: int | None = None,
     observer: object = None,
     timeout: float | None = None,
+    carrier: _core.Carrier | None = None,
 ) -> RunContext:
     """One execution of ``plan`` as an async context manager (docs/api.md, "execute and
     open").
@@ -123,13 +123,17 @@ def open_run(
     The test-mode context variables are read here, when the run is opened: a
     ``JITTER_SEED`` replaces ``seed``; ``INSTANT_RETRIES`` makes every retry wait 0 (the
     core's ``Run`` option). ``timeout`` is the forward phase's budget in seconds (already
-    checked, ``None`` for none), measured from entering the context.
+    checked, ``None`` for none), measured from entering the context. ``carrier`` (the
+    plan's, from ``carrier_of(nodes)``) lets the core's ``Run`` carry out lone STARTs
+    itself (docs/internals.md, "The inline carrier").
     """
-    observers = observers_of(observer)
+    observers = None if observer is None else observers_of(observer)
     test_seed = JITTER_SEED.get()
     if test_seed is not None:
         seed = test_seed
-    return RunContext(plan, nodes, values, outputs, seed, observers, INSTANT_RETRIES.get(), timeout)
+    return RunContext(
+        plan, nodes, values, outputs, seed, observers, INSTANT_RETRIES.get(), timeout, carrier
+    )
 
 
 class RunContext(OutcomeHandling):
@@ -140,6 +144,37 @@ class RunContext(OutcomeHandling):
     # ----------------------------------------------------------------- context protocol
 
     async def __aenter__(self) -> dict[str, Any]:
+        self._enter()
+        await self._phase(self._coordinate(None), False)
+        if self._record is None:
+            values = self._values
+            return {name: values[name] for name in self._outputs}
+        await self._cleanup()
+        self._fail_run()
+
+    async def execute(self) -> dict[str, Any]:
+        """The run without a body (``PreparedPlan.execute``): the forward task goes on with
+        the shutdown phase as soon as the forward phase is over, so both phases cost one
+        task and one wait. The caller's cancellations are taken as during the phase the
+        task is in (docs/internals.md, "How the driver carries out STARTs")."""
+        self._through = True
+        self._enter()
+        await self._phase(self._coordinate(None), False)
+        if self._record is not None:
+            self._fail_run()  # both phases are over
+        outputs = self._outputs
+        # dict/zip/map: no comprehension frame on the hot path
+        results = dict(zip(outputs, map(self._values.__getitem__, outputs), strict=True))
+        outcome = self._finish(None)
+        if outcome is None:
+            return results
+        try:
+            raise outcome  # an observer raised KeyboardInterrupt/SystemExit at the end
+        finally:
+            del outcome  # the traceback holds this frame: no cycle through it
+
+    def _enter(self) -> None:
+        """Open the run: the core's ``Run``, the loop, the per-job tables."""
         if self._entered:
             raise RuntimeError("a run context can be entered only once")
         self._entered = True
@@ -157,46 +192,27 @@ class RunContext(OutcomeHandling):
         self._two_clocks = (
             type(loop).time is not _MONOTONIC_LOOP_TIME and abs(loop.time() - _monotonic()) < 1.0
         )
-        if asyncio.current_task() is None:
+        if _task_of(loop) is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
         budget = self._budget
         if budget is not None:
             # The core decides from the deadline; we tell it the time before each event.
-            deadline = self._deadline = self._loop.time() + budget
+            deadline = self._deadline = loop.time() + budget
             self._run.set_deadline(deadline)
             self._clipped = [-1] * n
         self._running = [None] * (2 * n)
         self._sleeps = [None] * (2 * n)
         self._kwargs = [None] * n
         self._acquisitions = [None] * n
-        self._watch = Reporter.wants_attempts(self._observers)
-        if self._observers is not None or budget is not None:
+        observers = self._observers
+        watch = self._watch = Reporter.wants_attempts(observers)
+        if watch or budget is not None:
+            # Every attempt is reported, or told the time: the driver carries out each.
+            self._carrier = None
+        if observers is not None or budget is not None:
             self._report().run_started(self._plan.nodes, self._deadline)
             if self._record is not None:  # the observer raised KeyboardInterrupt/SystemExit
                 self._fail_run()  # nothing ran: nothing to clean up
-
-        await self._phase(self._forward(), False)
-        if self._record is None:
-            values = self._values
-            return {name: values[name] for name in self._outputs}
-        if not self._through:
-            await self._cleanup()
-        self._fail_run()
-
-    async def execute(self) -> dict[str, Any]:
-        """The run without a body (``PreparedPlan.execute``): the forward task goes on with
-        the shutdown phase as soon as the forward phase is over, so both phases cost one
-        task and one wait. The caller's cancellations are taken as during the phase the
-        task is in (docs/internals.md, "How the driver carries out STARTs")."""
-        self._through = True
-        results = await self.__aenter__()  # both phases are over; nothing failed
-        outcome = self._finish(None)
-        if outcome is None:
-            return results
-        try:
-            raise outcome  # an observer raised KeyboardInterrupt/SystemExit at the end
-        finally:
-            del outcome  # the traceback holds this frame: no cycle through it
 
     async def __aexit__(
         self,
@@ -269,7 +285,7 @@ class RunContext(OutcomeHandling):
             self._report().shutdown_started()
         commands = self._run.begin_shutdown()
         if commands or not self._run.finished:  # a release is owed: run them in a task
-            await self._phase(self._shutdown(commands), True)
+            await self._phase(self._coordinate(commands), True)
 
     async def _phase(self, coordinator: Coroutine[Any, Any, None], shutdown: bool) -> None:
         """Run a phase's coordinator in a task of its own; wait for it, shielded.
@@ -287,7 +303,9 @@ class RunContext(OutcomeHandling):
                 # An eager task factory ran the whole phase inside create_task: the caller
                 # never waited, so a cancellation requested meanwhile is still pending.
                 # Take it now, as a wait would have, so it stays the caller's primary.
-                await self._take_pending_cancellation(shutdown or self._shutting)
+                caller = _task_of(loop)
+                if caller is not None and caller.cancelling():
+                    await self._take_pending_cancellation(shutdown or self._shutting)
             while not self._phase_over:
                 done = self._phase_done = loop.create_future()
                 try:
@@ -316,11 +334,8 @@ class RunContext(OutcomeHandling):
                 del internal
 
     async def _take_pending_cancellation(self, shutdown: bool) -> None:
-        """Yield once when the caller may have a cancellation pending (``cancelling()``
-        counts requests not yet taken back): it is delivered here, and recorded."""
-        caller = asyncio.current_task()
-        if caller is None or not caller.cancelling():
-            return
+        """Yield once: the caller may have a cancellation pending (``cancelling()`` counts
+        requests not yet taken back); it is delivered here, and recorded."""
         try:
             await asyncio.sleep(0)
         except _CancelledError as exc:
@@ -346,57 +361,52 @@ class RunContext(OutcomeHandling):
             self._failures().caller_cancelled(_CancelledError(), False)
         self._phase_over_now()
 
-    async def _forward(self) -> None:
-        """The forward task: carry out the forward phase until it is quiescent."""
+    async def _coordinate(self, commands: list[_core.Command] | None) -> None:
+        """A phase's task: the forward phase (``commands`` is ``None``), followed by the
+        shutdown phase for ``execute()``; or the shutdown phase alone, from the core's
+        first shutdown ``commands``. Carries out commands until the phase is quiescent."""
         self._began = True
-        task = asyncio.current_task()
+        task = _task_of(self._loop)
         assert task is not None
-        self._task = task  # the forward task: inline attempts and their timeouts use it
+        self._task = task  # the phase's task: inline attempts and their timeouts use it
+        carrier = self._carrier
+        if carrier is not None:  # the core's Run carries out lone STARTs in this task
+            self._run.carry_with((carrier, self._values, self._acquisitions, task, self._loop.time))
         try:
-            if not self._abort_requested:  # else the caller was cancelled before we began
-                if self._deadline is not None:
-                    self._run.clock(self._loop.time())
-                self._execute(self._run.start())
-                await self._drive(False)
-            if self._through:
-                self._shutting = True  # from here on the caller's cancellations are cleanup's
+            if commands is None:
+                if not self._abort_requested:  # else the caller was cancelled before we began
+                    if self._deadline is not None:
+                        self._run.clock(self._loop.time())
+                    self._execute(self._run.start())
+                    if self._events or self._fresh or self._run.pending:  # not carried out
+                        await self._drive(False)
+                if not self._through:
+                    return
                 if self._observers is not None:
                     self._report().shutdown_started()
                 commands = self._run.begin_shutdown()
-                if commands or not self._run.finished:
-                    self._execute(commands)
-                    await self._drive(True)
-        except BaseException as exc:  # nothing escapes a task into the loop
-            self._abandon(exc)
-            self._internal = exc
-        finally:
-            self._phase_task_over()
-
-    async def _shutdown(self, commands: list[_core.Command]) -> None:
-        """The shutdown task: carry out the releases until every one has completed."""
-        self._began = True
-        task = asyncio.current_task()
-        assert task is not None
-        self._task = task  # inline releases and their timeouts use it
-        self._shutting = True
-        try:
+                if not commands and self._run.finished:
+                    return
+            self._shutting = True  # from here on the caller's cancellations are cleanup's
             self._execute(commands)
+            # A failure the core's Run handed back in them has a traceback whose frames
+            # link back to this one: keep no reference to it here (no cycle).
+            commands = None
             await self._drive(True)
         except BaseException as exc:  # nothing escapes a task into the loop
             self._abandon(exc)
             self._internal = exc
         finally:
-            self._phase_task_over()
-
-    def _phase_task_over(self) -> None:
-        """A phase's task ends: its inline timer goes, no inline attempt is left to use the
-        task, and the caller is woken."""
-        timer = self._inline_timer
-        if timer is not None:
-            self._inline_timer = None
-            timer.cancel()
-        del self._task
-        self._phase_over_now()
+            # The phase's task ends: its inline timer goes, no inline attempt is left to use
+            # the task, and the caller is woken.
+            timer = self._inline_timer
+            if timer is not None:
+                self._inline_timer = None
+                timer.cancel()
+            if carrier is not None:
+                self._run.carry_with(None)  # the Run refers to this task no more
+            del self._task
+            self._phase_over_now()
 
     async def _drive(self, shutdown: bool) -> None:
         """Process events and carry out commands until the phase is quiescent."""

@@ -18,7 +18,7 @@ from .._failures import add_note_once, attach_failures
 from .._types import invalid_output
 from .attempts import Attempt, AttemptMechanics, AttemptState
 from .reporter import plural
-from .runtime import is_retryable
+from .runtime import NodeRuntime, is_retryable
 from .state import BAD_INPUT, ELAPSED, RAISED, RETURNED, UNSTARTED, Event
 
 _CancelledError: Final = asyncio.CancelledError
@@ -69,8 +69,12 @@ class OutcomeHandling(AttemptMechanics):
             timer.cancel()
 
     def _returned(self, attempt: Attempt, value: Any) -> None:
-        self._end(attempt)
         job = attempt.job
+        self._running[job] = None  # ``_end``, inlined: every node of a run passes here
+        timer = attempt.timer
+        if timer is not None:
+            attempt.timer = None
+            timer.cancel()
         n = self._n
         run = self._run
         if job < n:
@@ -85,17 +89,8 @@ class OutcomeHandling(AttemptMechanics):
                 return
             if self._watch:
                 self._report().attempt_returned(job, attempt.number + 1, attempt.timed_out)
-            check = node.output_check
-            if check is not None:
-                try:
-                    ok = check(value)
-                except Exception as broken:  # a broken checker is this node's failure
-                    self._fail(attempt, broken, False)
-                    return
-                if not ok:
-                    invalid = invalid_output(node.name, node.origin, node.output_type, value)
-                    self._fail(attempt, invalid, False)
-                    return
+            if node.output_check is not None and not self._output_ok(attempt, node, value):
+                return
             self._values[node.name] = value
             if self._watch:
                 self._report().attempt_succeeded(job, attempt.number + 1)
@@ -111,6 +106,21 @@ class OutcomeHandling(AttemptMechanics):
         if self._watch:
             self._report().attempt_succeeded(job, attempt.number + 1)
         self._execute(run.succeeded(job))
+
+    def _output_ok(self, attempt: Attempt, node: NodeRuntime, value: Any) -> bool:
+        """Check a returned value against the node's output check; a mismatch (or a
+        broken checker) is the node's failure, reported here."""
+        check = node.output_check
+        assert check is not None
+        try:
+            ok = check(value)
+        except Exception as broken:  # a broken checker is this node's failure
+            self._fail(attempt, broken, False)
+            return False
+        if not ok:
+            invalid = invalid_output(node.name, node.origin, node.output_type, value)
+            self._fail(attempt, invalid, False)
+        return ok
 
     def _raised(self, attempt: Attempt, exc: BaseException) -> None:
         self._end(attempt)

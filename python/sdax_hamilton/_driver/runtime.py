@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import inspect
+import time
+import types
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
+
+from .. import _core
+from .._declarations import Acquisition
 
 TIMEOUT_MESSAGE: Final = "sdax_hamilton: the attempt timed out"
 """The message of the cancellation that ends a timed-out attempt: node hooks wrapped around
@@ -48,6 +54,32 @@ class NodeRuntime:
     """Set on owned acquisitions."""
     retry_after: Callable[[BaseException], object] | None = None
     """The forward policy's ``retry_after`` hook, called when the core emits a HINT."""
+
+
+def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
+    """What a plan's runs need to carry out their lone STARTs inside the core's ``Run``
+    (src/carry.rs; docs/internals.md, "The inline carrier"): each node's call, arguments,
+    checks and release, as the driver would use them."""
+    return _core.Carrier(
+        [
+            (
+                node.call,
+                node.name,
+                list(node.args),
+                dict(node.defaults) if node.defaults else None,
+                list(node.input_checks),
+                node.output_check,
+                node.output_type,
+                node.release is not None,
+            )
+            for node in nodes
+        ],
+        [None if node.release is None else node.release.call for node in nodes],
+        Acquisition,
+        inspect.isawaitable,
+        types.CoroutineType,
+        time.monotonic,
+    )
 
 
 def is_retryable(exc: BaseException, retryable: tuple[type[BaseException], ...]) -> bool:

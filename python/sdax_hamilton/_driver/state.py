@@ -42,6 +42,7 @@ class RunState:
         "_acquisitions",
         "_began",
         "_budget",
+        "_carrier",
         "_clipped",
         "_deadline",
         "_entered",
@@ -100,6 +101,7 @@ class RunState:
         observers: Any,
         instant: bool,
         budget: float | None = None,
+        carrier: _core.Carrier | None = None,
     ) -> None:
         self._plan = plan
         self._nodes = nodes
@@ -112,6 +114,9 @@ class RunState:
         # budget in seconds, the loop time it ends the forward phase (set when the run is
         # entered), and per forward job the attempt (0-based) whose START was clipped.
         self._budget = budget
+        # How the core's Run carries out lone STARTs itself; ``None`` when the driver
+        # carries out each (set so when the run is entered, if anyone watches attempts).
+        self._carrier = carrier
         self._deadline: float | None = None
         self._clipped: list[int] | None = None
         self._entered = False
