@@ -8,10 +8,10 @@ Runners, timed interleaved in this one process (rotating order, median of batche
 
 * ``floor``: ``floor.py`` (the hand-written asyncio version of the same functions);
 * ``ours``: ``sdax_hamilton`` as importable here;
-* ``before``: with ``--before DIR``, a copy of an earlier ``python/sdax_hamilton`` (with its
-  built ``_core``) imported as the package named by DIR's last component (``git worktree`` or
-  ``cp -r`` it to e.g. ``/tmp/x/sdax_hamilton_before``); its modules import each other
-  relatively, so both live side by side;
+* each ``--before DIR`` (repeatable): a copy of an earlier ``python/sdax_hamilton`` (with its
+  built ``_core``) imported as the package named by DIR's last component, which names its
+  column (``git archive`` or ``cp -r`` it to e.g. ``/tmp/x/sdax_hamilton_d436780``); its
+  modules import each other relatively, so all live side by side;
 * ``hamilton``: Hamilton's ``AsyncDriver`` (no policies, no releases: it knows neither);
 * ``0.2.0``: with ``--old-python PATH``, this script is re-run in that interpreter's
   virtualenv (sdax-hamilton 0.2.0, ``bash bench/setup_old_venv.sh``) measuring its floor and
@@ -22,7 +22,7 @@ one plan (C=100, ``asyncio.gather``). The clock is the process's CPU time
 (``time.process_time``): on a shared machine it moves less with the other processes' load
 than the wall clock, and a single-threaded asyncio run spends its wall time on the CPU.
 
-    python bench/per_request.py [--quick] [--before DIR] [--old-python PATH] [--json OUT]
+    python bench/per_request.py [--quick] [--before DIR ...] [--old-python PATH] [--json OUT]
 """
 
 from __future__ import annotations
@@ -130,11 +130,11 @@ def _hamilton_runner(loop: asyncio.AbstractEventLoop, case: shapes.Case, module:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     loop = asyncio.new_event_loop()
-    before_pkg = None
-    if args.before:
-        path = Path(args.before).resolve()
+    before_pkgs: list[str] = []
+    for before in args.before:
+        path = Path(before).resolve()
         sys.path.insert(0, str(path.parent))
-        before_pkg = path.name
+        before_pkgs.append(path.name)
     results: dict[str, Any] = {}
     for label, shape, size in CASES:
         for policy in (False, True):
@@ -147,8 +147,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             runners: dict[str, Execute] = {"floor": fl.execute}
             expected = loop.run_until_complete(fl.execute())
             runners["ours"] = _sdax_runner("sdax_hamilton", case, module)
-            if before_pkg is not None:
-                runners["before"] = _sdax_runner(before_pkg, case, _module_for(case, before_pkg))
+            for pkg in before_pkgs:
+                runners[pkg] = _sdax_runner(pkg, case, _module_for(case, pkg))
             if not args.old_mode and not policy and not args.no_hamilton:
                 runners["hamilton"] = _hamilton_runner(loop, case, module)
             for name, execute in runners.items():
@@ -187,8 +187,9 @@ def _old(args: argparse.Namespace) -> dict[str, Any] | None:
 
 
 def render(results: dict[str, Any], old: dict[str, Any] | None) -> str:
-    names = ["floor", "ours", "before", "hamilton"]
-    present = [n for n in names if any(n in e["c1_us"] for e in results.values())]
+    present: list[str] = []  # floor, ours, each --before, hamilton: in the order measured
+    for entry in results.values():
+        present += [n for n in entry["c1_us"] if n not in present]
     head = [f"{n} µs" for n in present] + [f"{n} +µs" for n in present if n != "floor"]
     if old is not None:
         head += ["0.2.0 µs", "0.2.0 +µs (vs its floor)"]
@@ -244,7 +245,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--reps", type=int, default=15)
     parser.add_argument("--batch-s", type=float, default=0.05)
-    parser.add_argument("--before", default=None)
+    parser.add_argument("--before", action="append", default=[], metavar="DIR")
     parser.add_argument("--old-python", default=None)
     parser.add_argument("--old-mode", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--no-hamilton", action="store_true")

@@ -27,6 +27,7 @@
 //! This decides nothing: which job starts is the core's; what each outcome means is the
 //! driver's (`outcomes.py`), which sees every failure.
 
+use pyo3::exceptions::PyException;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::iterator::PySendResult;
@@ -247,9 +248,8 @@ impl PyCarrier {
             let Some(value) = kwargs.get_item(keyword.bind(py))? else {
                 return Ok(None);
             };
-            match check.bind(py).call1((value,)).and_then(|ok| ok.is_truthy()) {
-                Ok(true) => {}
-                Ok(false) | Err(_) => return Ok(None),
+            if !passes(check.bind(py), &value)? {
+                return Ok(None);
             }
         }
         Ok(Some(kwargs))
@@ -308,14 +308,9 @@ impl PyCarrier {
             Err(e) => return Ok(raised(e, &args)),
         };
         if let Some(check) = &node.output_check {
-            match check
-                .bind(py)
-                .call1((&value,))
-                .and_then(|ok| ok.is_truthy())
-            {
-                Ok(true) => {}
+            if !passes(check.bind(py), &value)? {
                 // the driver checks again and reports the failure
-                Ok(false) | Err(_) => return Ok(Carried::HandBack(RETURNED, value, args)),
+                return Ok(Carried::HandBack(RETURNED, value, args));
             }
         }
         if node.owned {
@@ -370,6 +365,18 @@ impl PyCarrier {
             return Ok(Carried::HandBack(RETURNED, value, none)); // refused by the driver
         }
         Ok(Carried::Done)
+    }
+}
+
+/// Whether `value` passes `check`. A check that raises an `Exception` fails (the driver
+/// runs it again and reports that); anything else it raises (`KeyboardInterrupt`,
+/// `SystemExit`) propagates, as out of the driver's own checks.
+fn passes(check: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = check.py();
+    match check.call1((value,)).and_then(|ok| ok.is_truthy()) {
+        Ok(ok) => Ok(ok),
+        Err(e) if e.is_instance_of::<PyException>(py) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

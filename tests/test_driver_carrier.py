@@ -396,3 +396,33 @@ async def test_the_collector_sees_what_carriers_and_runs_refer_to(make_module: A
     assert any(r is task for r in referents) and any(r is values for r in referents)
     run.carry_with(None)
     assert not any(r is task for r in gc.get_referents(run))
+
+
+INTERRUPTING_CHECK = """
+CHECKS: list[object] = []
+
+
+class Meta(type):
+    def __instancecheck__(cls, obj: object) -> bool:
+        if obj == "interrupt":
+            CHECKS.append(obj)
+            if len(CHECKS) == 1:  # once, as a signal arriving during the check
+                raise KeyboardInterrupt
+        return isinstance(obj, str)
+
+
+class Checked(metaclass=Meta):
+    pass
+
+
+async def checked() -> Checked:
+    return "interrupt"  # type: ignore[return-value]
+"""
+
+
+@pytest.mark.parametrize("observer", [None, _ignore], ids=["carried", "driven"])
+async def test_an_interrupt_in_a_check_is_never_swallowed(observer: Any, make_module: Any) -> None:
+    module = make_module(INTERRUPTING_CHECK)
+    plan = Driver(module).prepare(["checked"])
+    with pytest.raises(KeyboardInterrupt):
+        await plan.execute(observer=observer)

@@ -349,10 +349,12 @@ def test_a_loop_whose_call_soon_is_replaced_keeps_it(make_module: Any) -> None:
         running.call_soon = call_soon  # type: ignore[method-assign]
         try:
             assert await plan.execute() == {"second": 2}
-            assert running.call_soon is call_soon  # not replaced: the task went the usual way
+            assert running.call_soon is call_soon  # never replaced, never removed
         finally:
             del running.call_soon
-        assert queued  # the phase task's first step was queued through it
+        # 3.11: the phase task's first step went the usual way, through it; 3.12+ starts
+        # the task eagerly without it.
+        assert bool(queued) == (sys.version_info < (3, 12))
 
     _run("asyncio", main)
 
