@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdax_hamilton import _core
-from sdax_hamilton._driver import NodeRuntime, ReleaseRuntime, open_run
+from sdax_hamilton._driver import NodeRuntime, ReleaseRuntime, carrier_of, open_run
 from sdax_hamilton._failures import RetryableException
 
 DEFAULT_RETRYABLE: tuple[type[BaseException], ...] = (
@@ -113,7 +113,8 @@ def opened(
     plan, runtimes = prepare(nodes, outputs)
     if table is None:
         table = dict(values or {})
-    return open_run(plan, runtimes, table, outputs, seed=seed)
+    # As a prepared plan runs: the core carries out lone quick calls (docs/internals.md).
+    return open_run(plan, runtimes, table, outputs, seed=seed, carrier=carrier_of(runtimes))
 
 
 async def execute(

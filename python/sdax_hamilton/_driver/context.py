@@ -165,6 +165,8 @@ class RunContext(OutcomeHandling):
         outputs = self._outputs
         # dict/zip/map: no comprehension frame on the hot path
         results = dict(zip(outputs, map(self._values.__getitem__, outputs), strict=True))
+        if self._observers is None:
+            return results  # nobody to tell, nothing recorded (a failure raised above)
         outcome = self._finish(None)
         if outcome is None:
             return results
