@@ -426,3 +426,41 @@ async def test_an_interrupt_in_a_check_is_never_swallowed(observer: Any, make_mo
     plan = Driver(module).prepare(["checked"])
     with pytest.raises(KeyboardInterrupt):
         await plan.execute(observer=observer)
+
+
+INNER = """
+import asyncio
+
+
+async def a(x: int) -> int:
+    return x + 1
+
+
+async def b(a: int) -> int:
+    await asyncio.sleep(0)
+    return a * 10
+"""
+
+OUTER = """
+PLANS: list = []
+
+
+async def o1(y: int) -> int:
+    return (await PLANS[0].execute(inputs={"x": y}))["a"]  # a quick run inside a call
+
+
+async def o2(o1: int) -> int:
+    return (await PLANS[1].execute(inputs={"x": o1}))["b"]  # one that suspends
+"""
+
+
+async def test_a_node_may_run_a_plan_itself(make_module: Any) -> None:
+    # The outer Run is carrying out o1 when the inner run (a Run of its own, in an eager
+    # task of its own) carries out its nodes: runs nest, concurrently too.
+    inner = Driver(make_module(INNER))
+    outer = make_module(OUTER)
+    outer.PLANS[:] = [inner.prepare(["a"]), inner.prepare(["b"])]
+    plan = Driver(outer).prepare(["o2"])
+    assert await plan.execute(inputs={"y": 1}) == {"o2": 30}
+    results = await asyncio.gather(*(plan.execute(inputs={"y": y}) for y in range(3)))
+    assert results == [{"o2": 20}, {"o2": 30}, {"o2": 40}]
