@@ -1,9 +1,10 @@
 //! Thin PyO3 bindings over `sdax-core`: module `sdax_hamilton._core`.
 //!
-//! All scheduling logic lives in the core crate; this layer only converts Python values,
+//! All scheduling logic lives in the core crate; this layer converts Python values,
 //! applies the Python-type rules of docs/contract.md#policy-validation and maps core errors onto
 //! Python exceptions (`ValueError` for graph/selection errors, `RuntimeError` for run-protocol
-//! misuse).
+//! misuse). One more piece lives here because it calls Python: the inline carrier
+//! (`carry.rs`), with which a `Run` carries out its own lone STARTs; it decides nothing.
 
 #![deny(unsafe_code)] // one exception, explained where it is: carry::step
 
