@@ -104,8 +104,8 @@ class _Program:
     config_table: dict[str, Any] = field(default_factory=dict)
     """``config`` as the plain dict each run's value table starts from."""
     carrier: _core.Carrier | None = None
-    """How runs carry out their lone STARTs in the core (docs/internals.md, "The inline
-    carrier"), built from ``runtimes`` as runs call them."""
+    """How runs carry out their lone STARTs in the core (docs/internals.md, "How the driver
+    carries out STARTs": the inline carrier), built from ``runtimes`` as runs call them."""
 
 
 @dataclass(frozen=True, eq=False)

@@ -125,7 +125,7 @@ def open_run(
     core's ``Run`` option). ``timeout`` is the forward phase's budget in seconds (already
     checked, ``None`` for none), measured from entering the context. ``carrier`` (the
     plan's, from ``carrier_of(nodes)``) lets the core's ``Run`` carry out lone STARTs
-    itself (docs/internals.md, "The inline carrier").
+    itself (docs/internals.md, "How the driver carries out STARTs").
     """
     observers = None if observer is None else observers_of(observer)
     test_seed = JITTER_SEED.get()

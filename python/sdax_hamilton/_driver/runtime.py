@@ -58,8 +58,8 @@ class NodeRuntime:
 
 def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
     """What a plan's runs need to carry out their lone STARTs inside the core's ``Run``
-    (src/carry.rs; docs/internals.md, "The inline carrier"): each node's call, arguments,
-    checks and release, as the driver would use them."""
+    (src/carry.rs; docs/internals.md, "How the driver carries out STARTs"): each node's
+    call, arguments, checks and release, as the driver would use them."""
     return _core.Carrier(
         [
             (
