@@ -233,7 +233,9 @@ impl PyCarrier {
         job: usize,
         values: &Bound<'py, PyDict>,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let node = &self.nodes[job];
+        let Some(node) = self.nodes.get(job) else {
+            return Ok(None);
+        };
         let kwargs = match &node.defaults {
             Some(defaults) => defaults.bind(py).copy()?,
             None => PyDict::new(py),
@@ -298,7 +300,9 @@ impl PyCarrier {
         let Some(kwargs) = self.kwargs(py, job, values)? else {
             return Ok(Carried::Declined);
         };
-        let node = &self.nodes[job];
+        let Some(node) = self.nodes.get(job) else {
+            return Ok(Carried::Declined);
+        };
         let args = kwargs.clone().into_any();
         let value = match node.call.bind(py).call((), Some(&kwargs)) {
             Ok(result) => match self.settle(result, &args, &args) {
@@ -331,7 +335,7 @@ impl PyCarrier {
         owner: usize,
         carrying: &Carrying,
     ) -> PyResult<Carried<'py>> {
-        let Some(release) = &self.releases[owner] else {
+        let Some(Some(release)) = self.releases.get(owner) else {
             return Ok(Carried::Declined);
         };
         let acquisitions = carrying.acquisitions.bind(py);

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFloat, PyInt, PyList};
 use pyo3::{PyTraverseError, PyVisit};
@@ -151,7 +151,16 @@ impl PyRun {
     /// ``task`` on the loop whose ``time`` is ``clock``: from now on ``start``,
     /// ``succeeded`` and ``begin_shutdown`` carry out lone STARTs inline (src/carry.rs).
     /// ``None`` detaches them.
-    fn carry_with(&mut self, carrying: Option<CarryingArgs>) {
+    /// A carrier built for another plan (a different number of nodes) is a `ValueError`.
+    fn carry_with(&mut self, carrying: Option<CarryingArgs>) -> PyResult<()> {
+        if let Some((carrier, ..)) = &carrying {
+            let (carried, planned) = (carrier.get().forward_count(), self.core.plan().len());
+            if carried != planned {
+                return Err(PyValueError::new_err(format!(
+                    "Run.carry_with: the carrier has {carried} node(s), the plan {planned}"
+                )));
+            }
+        }
         self.carrying = carrying.map(|(carrier, values, acquisitions, task, clock)| Carrying {
             carrier,
             values,
@@ -159,6 +168,7 @@ impl PyRun {
             task,
             clock,
         });
+        Ok(())
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {

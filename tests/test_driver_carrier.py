@@ -464,3 +464,14 @@ async def test_a_node_may_run_a_plan_itself(make_module: Any) -> None:
     assert await plan.execute(inputs={"y": 1}) == {"o2": 30}
     results = await asyncio.gather(*(plan.execute(inputs={"y": y}) for y in range(3)))
     assert results == [{"o2": 20}, {"o2": 30}, {"o2": 40}]
+
+
+async def test_a_carrier_of_another_plan_is_refused(make_module: Any) -> None:
+    module = make_module(SOURCE)
+    driver = Driver(module)
+    small, large = driver.prepare(["conn"]), driver.prepare(["query"])
+    run = _core.Run(large._program.plan)
+    carrier = small._program.carrier
+    assert carrier is not None and len(carrier) != len(large._program.plan)
+    with pytest.raises(ValueError, match=r"the carrier has 1 node\(s\), the plan 3"):
+        run.carry_with((carrier, {}, [None], asyncio.current_task(), time.monotonic))

@@ -281,7 +281,8 @@ class Run:
         carries out on the loop whose ``time`` is ``clock``: ``start``, ``succeeded`` and
         ``begin_shutdown`` then carry out the lone STARTs (first attempts) among their
         commands themselves, storing values and acquisition records, and return what
-        remains, or one ``CARRIED`` command. ``None`` detaches them."""
+        remains, or one ``CARRIED`` command. ``None`` detaches them. A carrier built for
+        another plan (another number of nodes) is a ``ValueError``."""
     def begin_shutdown(self) -> list[Command]:
         """End of the forward phase (and of the body): START the first releases.
 
