@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import _core
-from ._driver import NodeRuntime, ReleaseRuntime, carrier_of, open_run
+from ._driver import NodeRuntime, ReleaseRuntime, RunContext, carrier_of, open_run
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
 from ._types import accepts, checker, compatible, describe, mismatch, validate_type
@@ -172,32 +172,27 @@ class PreparedPlan:
         program = self._program
         adapters = program.adapters
         if adapters is None:
-            return open_run(
-                program.plan,
-                program.runtimes,
-                values,
-                self.outputs,
-                seed=program.seed,
-                observer=observer,
-                timeout=budget,
-                carrier=program.carrier,
-            )
+            return self._run(values, observer, budget)
         return adapters.open(
-            functools.partial(
-                open_run,
-                program.plan,
-                program.runtimes,
-                values,
-                self.outputs,
-                seed=program.seed,
-                observer=observer,
-                timeout=budget,
-                carrier=program.carrier,
-            ),
+            functools.partial(self._run, values, observer, budget),
             final_vars=self.outputs,
             inputs=inputs or {},
             overrides=overrides or {},
             execution_path=program.plan.nodes,
+        )
+
+    def _run(self, values: dict[str, Any], observer: object, budget: float | None) -> RunContext:
+        """One run of this plan over the value table ``values`` (not entered yet)."""
+        program = self._program
+        return open_run(
+            program.plan,
+            program.runtimes,
+            values,
+            self.outputs,
+            seed=program.seed,
+            observer=observer,
+            timeout=budget,
+            carrier=program.carrier,
         )
 
     def to_dot(self) -> str:
@@ -247,17 +242,7 @@ class PreparedPlan:
             raise ValueError(f"{_RESOURCE_OUTPUT}: {list(program.resource_outputs)}")
         if program.adapters is None:
             budget = None if timeout is None else _core.run_budget(timeout)
-            run = open_run(
-                program.plan,
-                program.runtimes,
-                self._values(inputs, overrides),
-                self.outputs,
-                seed=program.seed,
-                observer=observer,
-                timeout=budget,
-                carrier=program.carrier,
-            )
-            return await run.execute()
+            return await self._run(self._values(inputs, overrides), observer, budget).execute()
         async with self.open(
             inputs=inputs, overrides=overrides, observer=observer, timeout=timeout
         ) as results:
