@@ -43,26 +43,73 @@ pub(crate) const RETURNED: u32 = 1;
 pub(crate) const SUSPENDED: u32 = 2;
 pub(crate) const AWAITABLE: u32 = 3;
 
+/// A requirement on a value: a class (`isinstance`, which is all the check of a class of
+/// the plain metaclass does) or a predicate to call.
+enum Check {
+    Class(Py<PyAny>),
+    Predicate(Py<PyAny>),
+}
+
+impl Check {
+    fn new((check, is_class): (Py<PyAny>, bool)) -> Self {
+        if is_class {
+            Check::Class(check)
+        } else {
+            Check::Predicate(check)
+        }
+    }
+
+    fn object(&self) -> &Py<PyAny> {
+        match self {
+            Check::Class(check) | Check::Predicate(check) => check,
+        }
+    }
+
+    /// Whether `value` passes. A predicate that raises an `Exception` fails (the driver
+    /// runs it again and reports that); anything else it raises (`KeyboardInterrupt`,
+    /// `SystemExit`) propagates, as out of the driver's own checks.
+    fn passes(&self, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let py = value.py();
+        let outcome = match self {
+            Check::Class(cls) => value.is_instance(cls.bind(py)),
+            Check::Predicate(check) => check.bind(py).call1((value,)).and_then(|ok| ok.is_truthy()),
+        };
+        match outcome {
+            Ok(ok) => Ok(ok),
+            Err(e) if e.is_instance_of::<PyException>(py) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 /// How to call one forward node inline.
 struct NodeCall {
     call: Py<PyAny>,
     name: Py<PyString>,
     args: Vec<(Py<PyString>, Py<PyString>)>,
     defaults: Option<Py<PyDict>>,
-    checks: Vec<(Py<PyString>, Py<PyAny>)>,
-    output_check: Option<Py<PyAny>>,
+    /// `(index into args, requirement)`; with keywords, the index of the keyword in a
+    /// call of defaults only is `args.len()` and up (see `kwargs`).
+    checks: Vec<(Py<PyString>, Check)>,
+    output_check: Option<Check>,
     output_type: Py<PyAny>,
     owned: bool,
+    /// `args` are the function's first parameters, in order, and nothing else is passed:
+    /// it is called with them positionally (no keyword dictionary to build and unpack).
+    positional: Option<Vec<usize>>,
 }
+
+type CheckSpec = (Py<PyString>, Py<PyAny>, bool);
 
 type NodeSpec = (
     Py<PyAny>,
     Py<PyString>,
     Vec<(Py<PyString>, Py<PyString>)>,
     Option<Py<PyDict>>,
-    Vec<(Py<PyString>, Py<PyAny>)>,
-    Option<Py<PyAny>>,
+    Vec<CheckSpec>,
+    Option<(Py<PyAny>, bool)>,
     Py<PyAny>,
+    bool,
     bool,
 );
 
@@ -79,10 +126,12 @@ pub(crate) struct PyCarrier {
 
 #[pymethods]
 impl PyCarrier {
-    /// `nodes[i]`: `(call, name, args, defaults, checks, output_check, output_type, owned)`
-    /// of active node `i`; `releases[i]`: its release function or `None`.
+    /// `nodes[i]`: `(call, name, args, defaults, checks, output_check, output_type, owned,
+    /// positional)` of active node `i`, a check being `(keyword, check, is_class)` and the
+    /// output check `(check, is_class)`; `releases[i]`: its release function or `None`.
     #[new]
     fn py_new(
+        py: Python<'_>,
         nodes: Vec<NodeSpec>,
         releases: Vec<Option<Py<PyAny>>>,
         acquisition: Py<PyAny>,
@@ -99,18 +148,7 @@ impl PyCarrier {
         }
         let nodes = nodes
             .into_iter()
-            .map(
-                |(call, name, args, defaults, checks, output_check, output_type, owned)| NodeCall {
-                    call,
-                    name,
-                    args,
-                    defaults,
-                    checks,
-                    output_check,
-                    output_type,
-                    owned,
-                },
-            )
+            .map(|spec| NodeCall::new(py, spec))
             .collect();
         Ok(PyCarrier {
             nodes,
@@ -141,10 +179,10 @@ impl PyCarrier {
             }
             for (keyword, check) in &node.checks {
                 visit.call(keyword)?;
-                visit.call(check)?;
+                visit.call(check.object())?;
             }
             if let Some(check) = &node.output_check {
-                visit.call(check)?;
+                visit.call(check.object())?;
             }
             visit.call(&node.output_type)?;
         }
@@ -220,61 +258,130 @@ fn step<'py>(coro: &Bound<'py, PyAny>) -> PyResult<Result<Bound<'py, PyAny>, Bou
     }
 }
 
-impl PyCarrier {
-    pub(crate) fn forward_count(&self) -> usize {
-        self.nodes.len()
+impl NodeCall {
+    fn new(py: Python<'_>, spec: NodeSpec) -> Self {
+        let (call, name, args, defaults, checks, output_check, output_type, owned, positional) =
+            spec;
+        let checks: Vec<(Py<PyString>, Check)> = checks
+            .into_iter()
+            .map(|(keyword, check, is_class)| (keyword, Check::new((check, is_class))))
+            .collect();
+        // Positionally: each check's keyword must be one of the arguments (it is, when
+        // nothing comes from defaults); otherwise the keyword dictionary is built.
+        let positional = if positional && defaults.is_none() {
+            checks
+                .iter()
+                .map(|(keyword, _)| {
+                    let keyword = keyword.bind(py);
+                    args.iter()
+                        .position(|(k, _)| k.bind(py).as_any().eq(keyword).unwrap_or(false))
+                })
+                .collect()
+        } else {
+            None
+        };
+        NodeCall {
+            call,
+            name,
+            args,
+            defaults,
+            checks,
+            output_check: output_check.map(Check::new),
+            output_type,
+            owned,
+            positional,
+        }
     }
 
-    /// The keyword arguments of node `job`'s first attempt; `None` when one is missing or
-    /// fails its check (the driver then reads and checks them itself, and reports).
-    fn kwargs<'py>(
-        &self,
-        py: Python<'py>,
-        job: usize,
-        values: &Bound<'py, PyDict>,
-    ) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(node) = self.nodes.get(job) else {
-            return Ok(None);
-        };
-        let kwargs = match &node.defaults {
+    /// The keyword arguments of the first attempt; `None` when one is missing or fails its
+    /// check (the driver then reads and checks them itself, and reports).
+    fn kwargs<'py>(&self, values: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let py = values.py();
+        let kwargs = match &self.defaults {
             Some(defaults) => defaults.bind(py).copy()?,
             None => PyDict::new(py),
         };
-        for (keyword, key) in &node.args {
+        for (keyword, key) in &self.args {
             match values.get_item(key.bind(py))? {
                 Some(value) => kwargs.set_item(keyword.bind(py), value)?,
                 None => return Ok(None),
             }
         }
-        for (keyword, check) in &node.checks {
+        for (keyword, check) in &self.checks {
             let Some(value) = kwargs.get_item(keyword.bind(py))? else {
                 return Ok(None);
             };
-            if !passes(check.bind(py), &value)? {
+            if !check.passes(&value)? {
                 return Ok(None);
             }
         }
         Ok(Some(kwargs))
     }
 
-    /// What a call returned: a value (and whether it came from stepping a coroutine), or a
-    /// hand-back. A hand-back after stepping a coroutine carries `stepped`, otherwise
-    /// `plain`, as its `extra`.
-    fn settle<'py>(
+    /// The positional arguments of the first attempt (`indexes`: each check's argument);
+    /// `None` as for `kwargs`.
+    fn positional_args<'py>(
         &self,
-        result: Bound<'py, PyAny>,
-        stepped: &Bound<'py, PyAny>,
-        plain: &Bound<'py, PyAny>,
-    ) -> Result<(Bound<'py, PyAny>, bool), Carried<'py>> {
-        let py = result.py();
+        values: &Bound<'py, PyDict>,
+        indexes: &[usize],
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let py = values.py();
+        let mut read = Vec::with_capacity(self.args.len());
+        for (_, key) in &self.args {
+            match values.get_item(key.bind(py))? {
+                Some(value) => read.push(value),
+                None => return Ok(None),
+            }
+        }
+        for (&index, (_, check)) in indexes.iter().zip(&self.checks) {
+            let Some(value) = read.get(index) else {
+                return Ok(None);
+            };
+            if !check.passes(value)? {
+                return Ok(None);
+            }
+        }
+        PyTuple::new(py, read).map(Some)
+    }
+
+    /// The keyword arguments a positional call had: what the driver keeps for retries.
+    fn keywords_of<'py>(&self, args: &Bound<'py, PyTuple>) -> PyResult<Bound<'py, PyAny>> {
+        let py = args.py();
+        let kwargs = PyDict::new(py);
+        for ((keyword, _), value) in self.args.iter().zip(args.iter()) {
+            kwargs.set_item(keyword.bind(py), value)?;
+        }
+        Ok(kwargs.into_any())
+    }
+}
+
+/// What a call returned, before the caller adds what the driver needs with a hand-back.
+enum Settled<'py> {
+    /// A value, and whether it came from stepping a coroutine.
+    Value(Bound<'py, PyAny>, bool),
+    /// `(kind, payload, stepped)`: the driver goes on with it.
+    Back(u32, Bound<'py, PyAny>, bool),
+}
+
+impl PyCarrier {
+    pub(crate) fn forward_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// What a call (its `outcome`) came to: a value, or what the driver must go on with.
+    fn settle<'py>(&self, py: Python<'py>, outcome: PyResult<Bound<'py, PyAny>>) -> Settled<'py> {
+        let result = match outcome {
+            Ok(result) => result,
+            Err(e) => return Settled::Back(RAISED, exception(e, py), false),
+        };
         if result.get_type().is(self.coroutine_type.bind(py)) {
             return match step(&result) {
-                Ok(Ok(value)) => Ok((value, true)),
-                Ok(Err(yielded)) => {
-                    let payload = PyTuple::new(py, [result, yielded]).map(Bound::into_any);
-                    Err(hand_back(SUSPENDED, payload, stepped))
-                }
-                Err(e) => Err(raised(e, stepped)),
+                Ok(Ok(value)) => Settled::Value(value, true),
+                Ok(Err(yielded)) => match PyTuple::new(py, [result, yielded]) {
+                    Ok(payload) => Settled::Back(SUSPENDED, payload.into_any(), true),
+                    Err(e) => Settled::Back(RAISED, exception(e, py), true),
+                },
+                Err(e) => Settled::Back(RAISED, exception(e, py), true),
             };
         }
         match self
@@ -283,9 +390,9 @@ impl PyCarrier {
             .call1((&result,))
             .and_then(|a| a.is_truthy())
         {
-            Ok(false) => Ok((result, false)),
-            Ok(true) => Err(Carried::HandBack(AWAITABLE, result, plain.clone())),
-            Err(e) => Err(raised(e, plain)),
+            Ok(false) => Settled::Value(result, false),
+            Ok(true) => Settled::Back(AWAITABLE, result, false),
+            Err(e) => Settled::Back(RAISED, exception(e, py), false),
         }
     }
 
@@ -297,24 +404,37 @@ impl PyCarrier {
         carrying: &Carrying,
     ) -> PyResult<Carried<'py>> {
         let values = carrying.values.bind(py);
-        let Some(kwargs) = self.kwargs(py, job, values)? else {
-            return Ok(Carried::Declined);
-        };
         let Some(node) = self.nodes.get(job) else {
             return Ok(Carried::Declined);
         };
-        let args = kwargs.clone().into_any();
-        let value = match node.call.bind(py).call((), Some(&kwargs)) {
-            Ok(result) => match self.settle(result, &args, &args) {
-                Ok((value, _)) => value,
-                Err(carried) => return Ok(carried),
-            },
-            Err(e) => return Ok(raised(e, &args)),
+        let call = node.call.bind(py);
+        let (passed, settled) = match &node.positional {
+            Some(indexes) => {
+                let Some(args) = node.positional_args(values, indexes)? else {
+                    return Ok(Carried::Declined);
+                };
+                let settled = self.settle(py, call.call1(&args));
+                (Passed::Positional(args), settled)
+            }
+            None => {
+                let Some(kwargs) = node.kwargs(values)? else {
+                    return Ok(Carried::Declined);
+                };
+                let settled = self.settle(py, call.call((), Some(&kwargs)));
+                (Passed::Keywords(kwargs), settled)
+            }
+        };
+        // A hand-back carries the keyword arguments (the driver's retries use them).
+        let value = match settled {
+            Settled::Value(value, _) => value,
+            Settled::Back(kind, payload, _) => {
+                return Ok(Carried::HandBack(kind, payload, passed.keywords(node)?));
+            }
         };
         if let Some(check) = &node.output_check {
-            if !passes(check.bind(py), &value)? {
+            if !check.passes(&value)? {
                 // the driver checks again and reports the failure
-                return Ok(Carried::HandBack(RETURNED, value, args));
+                return Ok(Carried::HandBack(RETURNED, value, passed.keywords(node)?));
             }
         }
         if node.owned {
@@ -351,12 +471,12 @@ impl PyCarrier {
         let cancelling = intern!(py, "cancelling");
         let count = task.call_method0(cancelling)?;
         let none = py.None().into_bound(py);
-        let (value, stepped) = match release.bind(py).call1((record,)) {
-            Ok(result) => match self.settle(result, &count, &none) {
-                Ok(settled) => settled,
-                Err(carried) => return Ok(carried),
-            },
-            Err(e) => return Ok(raised(e, &none)),
+        let (value, stepped) = match self.settle(py, release.bind(py).call1((record,))) {
+            Settled::Value(value, stepped) => (value, stepped),
+            Settled::Back(kind, payload, stepped) => {
+                let extra = if stepped { count } else { none };
+                return Ok(Carried::HandBack(kind, payload, extra));
+            }
         };
         if stepped {
             let before: i64 = count.extract()?;
@@ -372,35 +492,23 @@ impl PyCarrier {
     }
 }
 
-/// Whether `value` passes `check`. A check that raises an `Exception` fails (the driver
-/// runs it again and reports that); anything else it raises (`KeyboardInterrupt`,
-/// `SystemExit`) propagates, as out of the driver's own checks.
-fn passes(check: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
-    let py = check.py();
-    match check.call1((value,)).and_then(|ok| ok.is_truthy()) {
-        Ok(ok) => Ok(ok),
-        Err(e) if e.is_instance_of::<PyException>(py) => Ok(false),
-        Err(e) => Err(e),
+/// How a node's arguments were passed.
+enum Passed<'py> {
+    Positional(Bound<'py, PyTuple>),
+    Keywords(Bound<'py, PyDict>),
+}
+
+impl<'py> Passed<'py> {
+    /// The keyword arguments of the call: what the driver keeps for retries.
+    fn keywords(self, node: &NodeCall) -> PyResult<Bound<'py, PyAny>> {
+        match self {
+            Passed::Keywords(kwargs) => Ok(kwargs.into_any()),
+            Passed::Positional(args) => node.keywords_of(&args),
+        }
     }
 }
 
-fn hand_back<'py>(
-    kind: u32,
-    payload: PyResult<Bound<'py, PyAny>>,
-    extra: &Bound<'py, PyAny>,
-) -> Carried<'py> {
-    match payload {
-        Ok(p) => Carried::HandBack(kind, p, extra.clone()),
-        Err(e) => raised(e, extra),
-    }
-}
-
-/// The call raised `e`: the exception object goes back to the driver.
-fn raised<'py>(e: PyErr, extra: &Bound<'py, PyAny>) -> Carried<'py> {
-    let py = extra.py();
-    Carried::HandBack(
-        RAISED,
-        e.into_value(py).into_bound(py).into_any(),
-        extra.clone(),
-    )
+/// The exception object of `e`, which goes back to the driver.
+fn exception<'py>(e: PyErr, py: Python<'py>) -> Bound<'py, PyAny> {
+    e.into_value(py).into_bound(py).into_any()
 }

@@ -13,6 +13,7 @@ not.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import time
 from typing import Any
@@ -475,3 +476,145 @@ async def test_a_carrier_of_another_plan_is_refused(make_module: Any) -> None:
     assert carrier is not None and len(carrier) != len(large._program.plan)
     with pytest.raises(ValueError, match=r"the carrier has 1 node\(s\), the plan 3"):
         run.carry_with((carrier, {}, [None], asyncio.current_task(), time.monotonic))
+
+
+SHAPES = """
+import abc
+import functools
+from sdax_hamilton import execution
+
+CALLS: dict[str, int] = {}
+
+
+def base(dsn: str) -> str:
+    return dsn
+
+
+def other(base: str) -> int:  # after base: every START is a lone one
+    return len(base)
+
+
+def in_order(base: str, other: int) -> str:
+    return f"{base}:{other}"
+
+
+def keyword_only(base: str, *, other: int) -> str:
+    return f"{base}/{other}"
+
+
+def tail_default(base: str, other: int, suffix: str = "!") -> str:
+    return base + str(other) + suffix
+
+
+def _logged(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        assert not args, "called positionally"
+        return fn(**kwargs)
+
+    return wrapper
+
+
+@_logged
+def wrapped(base: str, other: int) -> str:
+    return base * other
+
+
+def as_bool(other: int) -> bool:
+    return other > 1
+
+
+def takes_int(as_bool: int) -> int:  # a bool is an int
+    return as_bool + 1
+
+
+def as_list(base: str) -> list[str]:  # checked element by element: a predicate
+    return [base]
+
+
+class Meta(abc.ABCMeta):
+    pass
+
+
+class Marked(metaclass=Meta):
+    pass
+
+
+Marked.register(str)
+
+
+def marked(base: str) -> Marked:
+    return base  # type: ignore[return-value]
+
+
+@execution(retries=1, initial_delay=0.0, retryable_exceptions=(ConnectionError,))
+async def retried(base: str, other: int) -> str:
+    CALLS["retried"] = CALLS.get("retried", 0) + 1
+    if CALLS["retried"] == 1:
+        raise ConnectionError("once")
+    return f"{base}#{other}"
+"""
+
+
+@pytest.mark.parametrize(
+    "output",
+    [
+        "in_order",
+        "keyword_only",
+        "tail_default",
+        "wrapped",
+        "takes_int",
+        "as_list",
+        "marked",
+        "retried",
+    ],
+)
+async def test_every_signature_is_called_as_the_driver_calls_it(
+    output: str, make_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Positionally where that is the same call, by keyword otherwise (src/carry.rs,
+    # ``NodeCall``): the outcome of the carried run is the driven one's.
+    module = make_module(SHAPES)
+    plan = Driver(module).prepare([output])
+    outcomes = []
+    for observer in (None, _ignore):
+        module.CALLS.clear()
+        counted = _Counted(monkeypatch)
+        outcomes.append((await plan.execute(inputs=INPUTS, observer=observer), counted.starts))
+    (carried, carried_starts), (driven, _) = outcomes
+    assert carried == driven
+    expected = {
+        "in_order": "db:2",
+        "keyword_only": "db/2",
+        "tail_default": "db2!",
+        "wrapped": "dbdb",
+        "takes_int": 2,
+        "as_list": ["db"],
+        "marked": "db",
+        "retried": "db#2",
+    }
+    assert carried == {output: expected[output]}
+    # Only the retry is the driver's own call.
+    assert carried_starts == (1 if output == "retried" else 0)
+
+
+def test_a_call_is_positional_only_where_it_means_the_same(make_module: Any) -> None:
+    from sdax_hamilton._driver.runtime import _check_of, _takes_positionally
+
+    module = make_module(SHAPES)
+    args = (("base", "base"), ("other", "other"))
+    assert _takes_positionally(module.in_order, args)
+    assert _takes_positionally(module.tail_default, args)
+    assert not _takes_positionally(module.in_order, args[::-1])
+    assert not _takes_positionally(module.keyword_only, args)
+    assert not _takes_positionally(module.wrapped, args)  # (*args, **kwargs)
+
+    def posonly(base: str, other: int, /) -> str:
+        return base
+
+    assert not _takes_positionally(posonly, args)
+    assert not _takes_positionally(functools.partial(module.in_order), args)
+    # Classes of the plain metaclass are checked with isinstance; anything else is called.
+    assert _check_of(int.__instancecheck__) == (int, True)
+    assert _check_of(module.Marked.__instancecheck__)[1] is False
+    assert _check_of(callable)[1] is False

@@ -70,9 +70,10 @@ class Carrier:
                 str,
                 Sequence[tuple[str, str]],
                 dict[str, Any] | None,
-                Sequence[tuple[str, Callable[[Any], bool]]],
-                Callable[[Any], bool] | None,
+                Sequence[tuple[str, Any, bool]],
+                tuple[Any, bool] | None,
                 Any,
+                bool,
                 bool,
             ]
         ],

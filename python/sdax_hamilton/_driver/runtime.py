@@ -67,10 +67,11 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
                 node.name,
                 list(node.args),
                 dict(node.defaults) if node.defaults else None,
-                list(node.input_checks),
-                node.output_check,
+                [(keyword, *_check_of(check)) for keyword, check in node.input_checks],
+                None if node.output_check is None else _check_of(node.output_check),
                 node.output_type,
                 node.release is not None,
+                not node.defaults and _takes_positionally(node.call, node.args),
             )
             for node in nodes
         ],
@@ -79,6 +80,35 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
         inspect.isawaitable,
         types.CoroutineType,
         time.monotonic,
+    )
+
+
+def _check_of(check: Callable[[Any], bool]) -> tuple[Any, bool]:
+    """``(cls, True)`` for the check of a class of the plain metaclass (``_types`` compiles
+    one to ``cls.__instancecheck__``, which is what ``isinstance`` calls for it: the core
+    calls ``isinstance``), else ``(check, False)``."""
+    owner = getattr(check, "__self__", None)
+    if (
+        type(owner) is type
+        and type(check) is types.BuiltinMethodType
+        and check.__name__ == "__instancecheck__"
+    ):
+        return owner, True
+    return check, False
+
+
+def _takes_positionally(call: Callable[..., Any], args: Sequence[tuple[str, str]]) -> bool:
+    """Whether calling ``call`` with ``args``' values positionally, in order, is the call
+    with them as keywords: a plain function whose first parameters are those keywords, in
+    that order, and none of them positional-only."""
+    if type(call) is not types.FunctionType:
+        return False
+    code = call.__code__
+    names = tuple(keyword for keyword, _ in args)
+    return (
+        code.co_posonlyargcount == 0
+        and len(names) <= code.co_argcount
+        and code.co_varnames[: len(names)] == names
     )
 
 
