@@ -3,8 +3,9 @@
 //! All scheduling logic lives in the core crate; this layer converts Python values,
 //! applies the Python-type rules of docs/contract.md#policy-validation and maps core errors onto
 //! Python exceptions (`ValueError` for graph/selection errors, `RuntimeError` for run-protocol
-//! misuse). One more piece lives here because it calls Python: the inline carrier
-//! (`carry.rs`), with which a `Run` carries out its own lone STARTs; it decides nothing.
+//! misuse). Two more pieces live here because they call Python: the inline carrier
+//! (`carry.rs`), with which a `Run` carries out its own lone STARTs, and the catcher of a
+//! 3.11 phase task's first step (`step.rs`); they decide nothing.
 
 #![deny(unsafe_code)] // one exception, explained where it is: carry::step
 
@@ -12,6 +13,7 @@ mod carry;
 mod graph;
 mod policy;
 mod run;
+mod step;
 
 use pyo3::prelude::*;
 
@@ -19,6 +21,7 @@ use carry::PyCarrier;
 use graph::{PyGraph, PyPlan};
 use policy::{_make_policy, run_budget, PyPolicy};
 use run::PyRun;
+use step::StepCatcher;
 
 /// Rust core of sdax_hamilton: policy validation and jitter, graph compilation and
 /// selection, and the per-run scheduling state machine.
@@ -44,6 +47,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyPlan>()?;
     m.add_class::<PyRun>()?;
     m.add_class::<PyCarrier>()?;
+    m.add_class::<StepCatcher>()?;
     m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
     Ok(())

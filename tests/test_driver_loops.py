@@ -329,8 +329,27 @@ def test_a_node_runs_in_the_phase_task_from_its_first_step(loop: str, make_modul
         assert isinstance(before, asyncio.Task) and before is after
         assert before is not caller  # its asyncio.timeout cancelled the phase's task
         assert caller is not None and caller.cancelling() == 0
+        assert before.get_name() == "sdax_hamilton run"  # in a task dump, say
 
     _run(loop, main)
+
+
+def test_the_catcher_of_a_first_step_keeps_one_call() -> None:
+    # Python 3.11's eager phase tasks (_driver/context.py, ``_phase_task``) use it.
+    from sdax_hamilton._core import StepCatcher
+
+    catcher = StepCatcher()
+    assert catcher.take() is None
+    step, context = object(), object()
+    catcher(step, context=context)
+    assert catcher.take() == (step, context)
+    assert catcher.take() is None  # emptied
+    catcher(step)
+    with pytest.raises(TypeError, match="expected one call_soon"):
+        catcher(step)  # a second step before the first was taken
+    assert catcher.take() == (step, None)
+    with pytest.raises(TypeError, match="expected one call_soon"):
+        catcher(step, 1)  # arguments: not a task's step
 
 
 def test_a_loop_whose_call_soon_is_replaced_keeps_it(make_module: Any) -> None:

@@ -84,9 +84,20 @@ class Carrier:
         monotonic: Callable[[], float],
     ) -> Carrier:
         """``nodes[i]``: ``(call, name, args, defaults, checks, output_check, output_type,
-        owned)`` of active node ``i``, as in its ``NodeRuntime``; ``releases[i]``: its
-        release function or ``None``."""
+        owned, positional)`` of active node ``i``, as in its ``NodeRuntime`` (a check is
+        ``(keyword, check, is_class)``, the output check ``(check, is_class)``);
+        ``releases[i]``: its release function or ``None``."""
     def __len__(self) -> int: ...
+
+@final
+class StepCatcher:
+    """Stands in for a loop's ``call_soon`` while a phase task is created on Python 3.11
+    (src/step.rs): keeps the task's first step."""
+
+    def __new__(cls) -> StepCatcher: ...
+    def __call__(self, callback: Any, /, *args: Any, context: Any = None) -> None: ...
+    def take(self) -> tuple[Any, Any] | None:
+        """``(step, context)`` caught since the last call, or ``None``."""
 
 @final
 class Policy:

@@ -1,0 +1,61 @@
+//! `StepCatcher`: stands in for a loop's `call_soon` while a phase task is created on
+//! Python 3.11, which has no eager tasks (`_driver/context.py`, `_phase_task`).
+//!
+//! `asyncio.Task` hands its first step to `loop.call_soon(step, context=ctx)`; the catcher
+//! keeps that step for the driver to run at once. It is a Rust object rather than a Python
+//! one only because it is called once per run: a call of it costs no Python frame.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use pyo3::{PyTraverseError, PyVisit};
+
+#[pyclass(module = "sdax_hamilton._core", name = "StepCatcher")]
+#[derive(Default)]
+pub(crate) struct StepCatcher {
+    caught: Option<(Py<PyAny>, Py<PyAny>)>,
+}
+
+#[pymethods]
+impl StepCatcher {
+    #[new]
+    fn py_new() -> Self {
+        StepCatcher::default()
+    }
+
+    /// What the loop's `call_soon` is called with: keep `callback` and `context`.
+    #[pyo3(signature = (callback, *args, context = None))]
+    fn __call__(
+        &mut self,
+        py: Python<'_>,
+        callback: Py<PyAny>,
+        args: &Bound<'_, PyTuple>,
+        context: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
+        if !args.is_empty() || self.caught.is_some() {
+            return Err(PyTypeError::new_err(
+                "StepCatcher: expected one call_soon(callback, context=...)",
+            ));
+        }
+        self.caught = Some((callback, context.unwrap_or_else(|| py.None())));
+        Ok(())
+    }
+
+    /// `(step, context)` caught since the last `take()`, or `None`; the catcher keeps no
+    /// reference to them.
+    fn take(&mut self) -> Option<(Py<PyAny>, Py<PyAny>)> {
+        self.caught.take()
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some((step, context)) = &self.caught {
+            visit.call(step)?;
+            visit.call(context)?;
+        }
+        Ok(())
+    }
+
+    fn __clear__(&mut self) {
+        self.caught = None;
+    }
+}
