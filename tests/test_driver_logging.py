@@ -90,3 +90,38 @@ async def test_nothing_is_logged_above_debug_for_a_clean_run(
         logging.DEBUG,
         logging.DEBUG,
     ]
+
+
+async def test_debug_logging_is_seen_as_soon_as_it_is_turned_on_or_off(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Each run asks whether DEBUG is on (``reporter.debug_logging``, which reads logging's
+    # memo of the answer): runs in between level changes see each change at once.
+    async def a() -> int:
+        return 1
+
+    logger = logging.getLogger("sdax_hamilton")
+
+    def started() -> int:
+        found = sum("attempt 1 started" in m for m in messages(caplog, logging.DEBUG))
+        caplog.clear()
+        return found
+
+    with clean_loop():
+        caplog.set_level(logging.INFO, logger="sdax_hamilton")
+        await execute([Node("a", a)], ["a"])
+        assert started() == 0
+        caplog.set_level(logging.DEBUG, logger="sdax_hamilton")
+        await execute([Node("a", a)], ["a"])
+        assert started() == 1
+        logger.disabled = True
+        try:
+            await execute([Node("a", a)], ["a"])
+            assert started() == 0
+        finally:
+            logger.disabled = False
+        await execute([Node("a", a)], ["a"])
+        assert started() == 1
+        caplog.set_level(logging.WARNING, logger="sdax_hamilton")
+        await execute([Node("a", a)], ["a"])
+        assert started() == 0

@@ -37,8 +37,9 @@ _CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
 _CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
 _CoroutineType: Final = types.CoroutineType
 _monotonic: Final = time.monotonic
+_MONOTONIC_LOOP_TIME: Final = asyncio.BaseEventLoop.time
 
-# The due time of a loop whose clock is the only one that counts (``RunState._two_clocks``).
+# The due time of a loop whose clock is the only one that counts (``_clocks_differ``).
 _NO_DUE: Final = -math.inf
 
 
@@ -164,7 +165,7 @@ class AttemptMechanics(RunState):
                 delay = arg or 0.0
                 loop = self._loop
                 deadline = loop.time() + delay
-                due = _monotonic() + delay if self._two_clocks else _NO_DUE
+                due = _monotonic() + delay if self._clocks_differ() else _NO_DUE
                 self._sleeping += 1
                 self._sleeps[job] = loop.call_later(delay, self._sleep_over, job, deadline, due)
             elif op == _CANCEL:
@@ -195,7 +196,7 @@ class AttemptMechanics(RunState):
         uvloop's timers fire up to a millisecond early against ``loop.time()`` (libuv's
         clock has millisecond resolution and is read once per iteration), asyncio's by up
         to the clock's resolution. ``due`` is the monotonic deadline, ``_NO_DUE`` when the
-        loop's clock is the only one that counts (``_two_clocks`` false).
+        loop's clock is the only one that counts (``_clocks_differ()`` false).
         """
         rest = max(deadline - self._loop.time(), due - _monotonic())
         if rest > 0.0:
@@ -411,11 +412,27 @@ class AttemptMechanics(RunState):
         started = attempt.started
         if started is None:
             deadline = attempt.deadline = self._loop.time() + timeout
-            attempt.due = _monotonic() + timeout if self._two_clocks else _NO_DUE
+            attempt.due = _monotonic() + timeout if self._clocks_differ() else _NO_DUE
         else:
             deadline = attempt.deadline = started[0] + timeout
-            attempt.due = started[1] + timeout if self._two_clocks else _NO_DUE
+            attempt.due = started[1] + timeout if self._clocks_differ() else _NO_DUE
         return deadline
+
+    def _clocks_differ(self) -> bool:
+        """Whether timers are checked against the monotonic clock as well as the loop's.
+
+        asyncio's own loops read time.monotonic(); others (uvloop) have a clock of their
+        own, so timers are checked against both (``_sleep_over``). A loop keeping virtual
+        time (a test loop) has only its own clock. Decided when a run first arms a timer.
+        """
+        differ = self._two_clocks
+        if differ is None:
+            loop = self._loop
+            differ = self._two_clocks = (
+                type(loop).time is not _MONOTONIC_LOOP_TIME
+                and abs(loop.time() - _monotonic()) < 1.0
+            )
+        return differ
 
     def _arm_inline_timer(self, attempt: Attempt, timeout: float) -> None:
         """One timer per run serves every inline attempt: armed for the earliest pending

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 import types
 from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
@@ -20,14 +19,13 @@ from .. import _core
 from .._observe import observers_of
 from .attempts import Attempt, AttemptState
 from .outcomes import OutcomeHandling
-from .reporter import Reporter
+from .reporter import Reporter, debug_logging
 from .runtime import NodeRuntime
 
 _CancelledError: Final = asyncio.CancelledError
 _CoroutineType: Final = types.CoroutineType
 _CALLED: Final = AttemptState.CALLED
-_MONOTONIC_LOOP_TIME: Final = asyncio.BaseEventLoop.time
-_monotonic: Final = time.monotonic
+_running_loop: Final = asyncio.get_running_loop
 
 JITTER_SEED: ContextVar[int | None] = ContextVar("sdax_hamilton_jitter_seed", default=None)
 """Set by ``sdax_hamilton.testing.jitter_seed``: seeds every run opened meanwhile."""
@@ -158,7 +156,10 @@ class RunContext(OutcomeHandling):
         task is in (docs/internals.md, "How the driver carries out STARTs")."""
         self._through = True
         self._enter()
-        await self._phase(self._coordinate(None), False)
+        # ``_phase``, without a coroutine of its own when the phase is over at once
+        if not self._start_phase(self._coordinate(None)):
+            await self._wait_phase(False)
+        self._phase_ended()
         if self._record is not None:
             self._fail_run()  # both phases are over
         outputs = self._outputs
@@ -179,22 +180,14 @@ class RunContext(OutcomeHandling):
         if self._entered:
             raise RuntimeError("a run context can be entered only once")
         self._entered = True
-        n = self._n
-        if len(self._plan) != n:
-            raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
         if self._instant:
             self._run = _core.Run(self._plan, self._seed, instant_retries=True)
         else:  # a keyword argument costs a run ~0.15 µs in the bindings
             self._run = _core.Run(self._plan, self._seed)
-        loop = self._loop = asyncio.get_running_loop()
-        # asyncio's own loops read time.monotonic(); others (uvloop) have a clock of their
-        # own, so timers are checked against both (``AttemptMechanics._sleep_over``).
-        # A loop keeping virtual time (a test loop) has only its own clock.
-        self._two_clocks = (
-            type(loop).time is not _MONOTONIC_LOOP_TIME and abs(loop.time() - _monotonic()) < 1.0
-        )
+        loop = self._loop = _running_loop()
         if _task_of(loop) is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
+        n = self._n
         budget = self._budget
         if budget is not None:
             # The core decides from the deadline; we tell it the time before each event.
@@ -206,14 +199,21 @@ class RunContext(OutcomeHandling):
         self._kwargs = [None] * n
         self._acquisitions = [None] * n
         observers = self._observers
+        if observers is None and budget is None:
+            # Nobody watches attempts unless DEBUG logging is on (``Reporter.wants_attempts``).
+            if debug_logging():
+                self._watch = True
+                self._carrier = None
+            else:
+                self._watch = False
+            return
         watch = self._watch = Reporter.wants_attempts(observers)
         if watch or budget is not None:
             # Every attempt is reported, or told the time: the driver carries out each.
             self._carrier = None
-        if observers is not None or budget is not None:
-            self._report().run_started(self._plan.nodes, self._deadline)
-            if self._record is not None:  # the observer raised KeyboardInterrupt/SystemExit
-                self._fail_run()  # nothing ran: nothing to clean up
+        self._report().run_started(self._plan.nodes, self._deadline)
+        if self._record is not None:  # the observer raised KeyboardInterrupt/SystemExit
+            self._fail_run()  # nothing ran: nothing to clean up
 
     async def __aexit__(
         self,
@@ -294,19 +294,38 @@ class RunContext(OutcomeHandling):
         The caller's cancellations land on our wait, never in the phase: they are recorded,
         and in the forward phase the first one aborts it (passed on once).
         """
+        if not self._start_phase(coordinator):
+            await self._wait_phase(shutdown)
+        self._phase_ended()
+
+    def _start_phase(self, coordinator: Coroutine[Any, Any, None]) -> bool:
+        """Start the phase's task (eagerly where the loop allows: ``_phase_task``).
+
+        True when the phase is already over and the caller has no cancellation pending: the
+        caller then need not wait (``_wait_phase``) at all, which is how a phase whose
+        nodes never suspend costs no wait and no loop iteration.
+        """
         loop = self._loop
         self._phase_over = False
         self._phase_done = None
         self._began = False
-        task = self._phase_task = _phase_task(loop, coordinator)  # copies the caller's context
+        self._phase_task = _phase_task(loop, coordinator)  # copies the caller's context
+        if not self._phase_over:
+            return False
+        caller = _task_of(loop)
+        return caller is None or not caller.cancelling()
+
+    async def _wait_phase(self, shutdown: bool) -> None:
+        """Wait for the phase's task, shielded (``_phase``)."""
+        loop = self._loop
+        task = self._phase_task
+        assert task is not None
         try:
             if self._phase_over:
-                # An eager task factory ran the whole phase inside create_task: the caller
-                # never waited, so a cancellation requested meanwhile is still pending.
-                # Take it now, as a wait would have, so it stays the caller's primary.
-                caller = _task_of(loop)
-                if caller is not None and caller.cancelling():
-                    await self._take_pending_cancellation(shutdown or self._shutting)
+                # An eager start ran the whole phase while the caller had a cancellation
+                # pending: the caller never waited, so it was not delivered. Take it now,
+                # as a wait would have, so it stays the caller's primary.
+                await self._take_pending_cancellation(shutdown or self._shutting)
             while not self._phase_over:
                 done = self._phase_done = loop.create_future()
                 try:
@@ -322,6 +341,9 @@ class RunContext(OutcomeHandling):
             if not (shutdown or self._shutting):
                 self._request_abort()
             raise
+
+    def _phase_ended(self) -> None:
+        """The phase is over: drop it, and raise the coordinator's internal failure."""
         self._phase_done = None
         self._phase_task = None  # finished: an open() body does not keep it alive
         internal = self._internal

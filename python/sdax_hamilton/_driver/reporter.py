@@ -25,6 +25,19 @@ from .runtime import NodeRuntime
 
 logger = logging.getLogger("sdax_hamilton")
 
+# logging's own memo of ``logger.isEnabledFor`` answers (emptied in place whenever a level
+# changes); an empty dict where a logging module keeps none, so the call below decides.
+_answers: Final[dict[int, bool]] = getattr(logger, "_cache", {})
+
+
+def debug_logging() -> bool:
+    """``logger.isEnabledFor(DEBUG)``, read from logging's memo when it has the answer:
+    asked once per run, where the method call would cost more than the rest of a check."""
+    if logger.disabled:
+        return False
+    answer = _answers.get(logging.DEBUG)
+    return logger.isEnabledFor(logging.DEBUG) if answer is None else answer
+
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
 
 _run_ids = itertools.count(1)
@@ -79,7 +92,7 @@ class Reporter:
     @staticmethod
     def wants_attempts(observers: tuple[Observer, ...] | None) -> bool:
         """Whether anyone wants every attempt of a run: an observer, or DEBUG logging."""
-        return observers is not None or logger.isEnabledFor(logging.DEBUG)
+        return observers is not None or debug_logging()
 
     def close(self) -> None:
         """The run is over: drop the way back into it and the listeners (which may keep

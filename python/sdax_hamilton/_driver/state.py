@@ -83,7 +83,6 @@ class RunState:
     # Set when the run is entered (``RunContext.__aenter__``).
     _run: _core.Run
     _loop: asyncio.AbstractEventLoop
-    _two_clocks: bool  # the loop's clock is not time.monotonic() (uvloop)
     _watch: bool  # someone wants to hear about every attempt (``Reporter.wants_attempts``)
     _running: list[Attempt | None]  # per job: the attempt carried out now
     _sleeps: list[asyncio.TimerHandle | None]  # per job: its retry wait
@@ -120,6 +119,7 @@ class RunState:
         self._deadline: float | None = None
         self._clipped: list[int] | None = None
         self._entered = False
+        self._two_clocks: bool | None = None  # see ``AttemptMechanics._clocks_differ``
         self._n = len(nodes)
         # Both created on first use: a run that neither fails nor is watched needs neither.
         self._record: FailureRecord | None = None
