@@ -7,7 +7,6 @@
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
 use pyo3::{PyTraverseError, PyVisit};
 
 #[pyclass(module = "sdax_hamilton._core", name = "StepCatcher")]
@@ -23,16 +22,16 @@ impl StepCatcher {
         StepCatcher::default()
     }
 
-    /// What the loop's `call_soon` is called with: keep `callback` and `context`.
-    #[pyo3(signature = (callback, *args, context = None))]
+    /// What the loop's `call_soon` is called with by a task: keep `callback` and
+    /// `context` (a call with arguments for the callback is refused by the signature).
+    #[pyo3(signature = (callback, *, context = None))]
     fn __call__(
         &mut self,
         py: Python<'_>,
         callback: Py<PyAny>,
-        args: &Bound<'_, PyTuple>,
         context: Option<Py<PyAny>>,
     ) -> PyResult<()> {
-        if !args.is_empty() || self.caught.is_some() {
+        if self.caught.is_some() {
             return Err(PyTypeError::new_err(
                 "StepCatcher: expected one call_soon(callback, context=...)",
             ));

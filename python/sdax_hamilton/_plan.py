@@ -184,15 +184,16 @@ class PreparedPlan:
     def _run(self, values: dict[str, Any], observer: object, budget: float | None) -> RunContext:
         """One run of this plan over the value table ``values`` (not entered yet)."""
         program = self._program
+        # seed, observer, timeout, carrier: positionally, which costs a run less
         return open_run(
             program.plan,
             program.runtimes,
             values,
             self.outputs,
-            seed=program.seed,
-            observer=observer,
-            timeout=budget,
-            carrier=program.carrier,
+            program.seed,
+            observer,
+            budget,
+            program.carrier,
         )
 
     def to_dot(self) -> str:
@@ -242,7 +243,9 @@ class PreparedPlan:
             raise ValueError(f"{_RESOURCE_OUTPUT}: {list(program.resource_outputs)}")
         if program.adapters is None:
             budget = None if timeout is None else _core.run_budget(timeout)
-            return await self._run(self._values(inputs, overrides), observer, budget).execute()
+            run = self._run(self._values(inputs, overrides), observer, budget)
+            results = run.execute_at_once()  # a quick run needs no coroutine of its own
+            return results if results is not None else await run.execute_rest()
         async with self.open(
             inputs=inputs, overrides=overrides, observer=observer, timeout=timeout
         ) as results:

@@ -104,7 +104,6 @@ def open_run(
     nodes: Sequence[NodeRuntime],
     values: dict[str, Any],
     outputs: Sequence[str],
-    *,
     seed: int | None = None,
     observer: object = None,
     timeout: float | None = None,
@@ -154,14 +153,32 @@ class RunContext(OutcomeHandling):
         the shutdown phase as soon as the forward phase is over, so both phases cost one
         task and one wait. The caller's cancellations are taken as during the phase the
         task is in (docs/internals.md, "How the driver carries out STARTs")."""
+        results = self.execute_at_once()
+        if results is None:
+            results = await self.execute_rest()
+        return results
+
+    def execute_at_once(self) -> dict[str, Any] | None:
+        """:meth:`execute` as far as it goes without waiting: its results when the run was
+        over within its task's first step and the caller has no cancellation pending,
+        ``None`` when the caller must ``await execute_rest()``. A run whose nodes never
+        suspend then costs its caller no coroutine of its own (``PreparedPlan.execute``)."""
         self._through = True
         self._enter()
-        # ``_phase``, without a coroutine of its own when the phase is over at once
         if not self._start_phase(self._coordinate(None)):
-            await self._wait_phase(False)
+            return None
+        return self._executed()
+
+    async def execute_rest(self) -> dict[str, Any]:
+        """The rest of :meth:`execute` after :meth:`execute_at_once` returned ``None``."""
+        await self._wait_phase(False)
+        return self._executed()
+
+    def _executed(self) -> dict[str, Any]:
+        """Both phases are over: the results, or the run's failure raised."""
         self._phase_ended()
         if self._record is not None:
-            self._fail_run()  # both phases are over
+            self._fail_run()
         outputs = self._outputs
         # dict/zip/map: no comprehension frame on the hot path
         results = dict(zip(outputs, map(self._values.__getitem__, outputs), strict=True))
@@ -194,9 +211,6 @@ class RunContext(OutcomeHandling):
             deadline = self._deadline = loop.time() + budget
             self._run.set_deadline(deadline)
             self._clipped = [-1] * n
-        self._running = [None] * (2 * n)
-        self._sleeps = [None] * (2 * n)
-        self._kwargs = [None] * n
         self._acquisitions = [None] * n
         observers = self._observers
         if observers is None and budget is None:
@@ -397,12 +411,8 @@ class RunContext(OutcomeHandling):
             self._run.carry_with((carrier, self._values, self._acquisitions, task, self._loop.time))
         try:
             if commands is None:
-                if not self._abort_requested:  # else the caller was cancelled before we began
-                    if self._deadline is not None:
-                        self._run.clock(self._loop.time())
-                    self._execute(self._run.start())
-                    if self._events or self._fresh or self._run.pending:  # not carried out
-                        await self._drive(False)
+                if self._begin_forward():
+                    await self._drive(False)
                 if not self._through:
                     return
                 if self._observers is not None:
@@ -431,8 +441,25 @@ class RunContext(OutcomeHandling):
             del self._task
             self._phase_over_now()
 
+    def _begin_forward(self) -> bool:
+        """Start the forward phase; whether it is still to be driven (``_drive``): not
+        when the core's Run carried out all of it, nor when the caller was cancelled
+        before it began (the request is then all there is)."""
+        if self._abort_requested:
+            return False
+        run = self._run
+        if self._deadline is not None:
+            run.clock(self._loop.time())
+        commands = run.start()
+        if commands:  # not all carried out by the core's Run
+            self._execute(commands)
+            return True
+        return bool(self._events or run.pending)
+
     async def _drive(self, shutdown: bool) -> None:
         """Process events and carry out commands until the phase is quiescent."""
+        if not self._tables:
+            self._make_tables()
         events = self._events
         fresh = self._fresh
         run = self._run
@@ -469,6 +496,8 @@ class RunContext(OutcomeHandling):
     def _abandon(self, exc: BaseException) -> None:
         """Internal failure of the coordinator: stop everything we started (best effort)."""
         self._report().run_finished(exc)
+        if not self._tables:
+            return  # the driver carried out nothing
         attempt: Attempt | None
         for attempt in self._running:
             if attempt is not None:

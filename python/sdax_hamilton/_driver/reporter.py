@@ -38,6 +38,7 @@ def debug_logging() -> bool:
     answer = _answers.get(logging.DEBUG)
     return logger.isEnabledFor(logging.DEBUG) if answer is None else answer
 
+
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
 
 _run_ids = itertools.count(1)

@@ -72,6 +72,7 @@ class RunState:
         "_shutting",
         "_sleeping",
         "_sleeps",
+        "_tables",
         "_task",
         "_through",
         "_two_clocks",
@@ -84,11 +85,18 @@ class RunState:
     _run: _core.Run
     _loop: asyncio.AbstractEventLoop
     _watch: bool  # someone wants to hear about every attempt (``Reporter.wants_attempts``)
+    # Set when the driver first carries out a command (``AttemptMechanics._make_tables``;
+    # a run carried out by the core's Run alone needs none of them).
     _running: list[Attempt | None]  # per job: the attempt carried out now
     _sleeps: list[asyncio.TimerHandle | None]  # per job: its retry wait
     _kwargs: list[dict[str, Any] | None]  # per forward job: its arguments, read at attempt 0
+    _fresh: list[Attempt]  # started calls whose awaitables are not launched yet
     _acquisitions: list[Acquisition[Any] | None]  # per owned forward job: what its release gets
     _task: asyncio.Task[Any]  # the phase's task (forward or shutdown), while it runs
+    _inline_when: float
+    _phase_over: bool
+    _phase_done: asyncio.Future[None] | None
+    _began: bool
 
     def __init__(
         self,
@@ -127,7 +135,7 @@ class RunState:
         # The coordinator's queue and its one wake-up future.
         self._events: deque[Event] = deque()
         self._waiter: asyncio.Future[None] | None = None
-        self._fresh: list[Attempt] = []  # started calls whose awaitables are not launched yet
+        self._tables = False  # the four tables above exist
         self._live = 0  # attempt tasks not finished yet
         self._sleeping = 0  # retry waits armed and not over or stopped yet
         self._shutting = False  # the coordinator carries out the shutdown phase
@@ -135,12 +143,11 @@ class RunState:
         # The one timer serving every inline attempt's timeout (see ``AttemptMechanics``).
         self._inline_attempt: Attempt | None = None
         self._inline_timer: asyncio.TimerHandle | None = None
-        self._inline_when = 0.0
-        # The phase task (forward, then shutdown) and the caller's wait for it.
+        # ``_inline_when``: the timer's due time, set with the timer.
+        # The phase task (forward, then shutdown) and the caller's wait for it; with it
+        # (``RunContext._start_phase``): ``_phase_over``, ``_phase_done`` and ``_began``,
+        # the phase's coroutine has started running.
         self._phase_task: asyncio.Task[None] | None = None
-        self._phase_done: asyncio.Future[None] | None = None
-        self._phase_over = True
-        self._began = False  # the phase's coroutine has started running
         self._abort_requested = False  # the forward phase is to be aborted (caller cancelled)
         self._internal: BaseException | None = None  # an internal failure of a coordinator
 
