@@ -27,12 +27,13 @@
 //! This decides nothing: which job starts is the core's; what each outcome means is the
 //! driver's (`outcomes.py`), which sees every failure.
 
-use pyo3::exceptions::PyException;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::iterator::PySendResult;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
+
+use crate::check::Check;
 
 /// The opcode of a carried START handed back (outside the core's `Op` range).
 pub(crate) const CARRIED: u8 = 0x80;
@@ -42,45 +43,6 @@ pub(crate) const RAISED: u32 = 0;
 pub(crate) const RETURNED: u32 = 1;
 pub(crate) const SUSPENDED: u32 = 2;
 pub(crate) const AWAITABLE: u32 = 3;
-
-/// A requirement on a value: a class (`isinstance`, which is all the check of a class of
-/// the plain metaclass does) or a predicate to call.
-enum Check {
-    Class(Py<PyAny>),
-    Predicate(Py<PyAny>),
-}
-
-impl Check {
-    fn new((check, is_class): (Py<PyAny>, bool)) -> Self {
-        if is_class {
-            Check::Class(check)
-        } else {
-            Check::Predicate(check)
-        }
-    }
-
-    fn object(&self) -> &Py<PyAny> {
-        match self {
-            Check::Class(check) | Check::Predicate(check) => check,
-        }
-    }
-
-    /// Whether `value` passes. A predicate that raises an `Exception` fails (the driver
-    /// runs it again and reports that); anything else it raises (`KeyboardInterrupt`,
-    /// `SystemExit`) propagates, as out of the driver's own checks.
-    fn passes(&self, value: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let py = value.py();
-        let outcome = match self {
-            Check::Class(cls) => value.is_instance(cls.bind(py)),
-            Check::Predicate(check) => check.bind(py).call1((value,)).and_then(|ok| ok.is_truthy()),
-        };
-        match outcome {
-            Ok(ok) => Ok(ok),
-            Err(e) if e.is_instance_of::<PyException>(py) => Ok(false),
-            Err(e) => Err(e),
-        }
-    }
-}
 
 /// How to call one forward node inline.
 struct NodeCall {

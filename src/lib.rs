@@ -3,14 +3,17 @@
 //! All scheduling logic lives in the core crate; this layer converts Python values,
 //! applies the Python-type rules of docs/contract.md#policy-validation and maps core errors onto
 //! Python exceptions (`ValueError` for graph/selection errors, `RuntimeError` for run-protocol
-//! misuse). Two more pieces live here because they call Python: the inline carrier
-//! (`carry.rs`), with which a `Run` carries out its own lone STARTs, and the catcher of a
-//! 3.11 phase task's first step (`step.rs`); they decide nothing.
+//! misuse). A few more pieces live here because they call Python: the inline carrier
+//! (`carry.rs`), with which a `Run` carries out its own lone STARTs, the value table of a
+//! run's inputs (`inputs.rs`), and the catcher of a 3.11 phase task's first step
+//! (`step.rs`); they decide nothing.
 
 #![deny(unsafe_code)] // one exception, explained where it is: carry::step
 
 mod carry;
+mod check;
 mod graph;
+mod inputs;
 mod policy;
 mod run;
 mod step;
@@ -19,6 +22,7 @@ use pyo3::prelude::*;
 
 use carry::PyCarrier;
 use graph::{PyGraph, PyPlan};
+use inputs::InputTable;
 use policy::{_make_policy, run_budget, PyPolicy};
 use run::PyRun;
 use step::StepCatcher;
@@ -48,6 +52,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRun>()?;
     m.add_class::<PyCarrier>()?;
     m.add_class::<StepCatcher>()?;
+    m.add_class::<InputTable>()?;
     m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
     Ok(())

@@ -599,7 +599,8 @@ async def test_every_signature_is_called_as_the_driver_calls_it(
 
 
 def test_a_call_is_positional_only_where_it_means_the_same(make_module: Any) -> None:
-    from sdax_hamilton._driver.runtime import _check_of, _takes_positionally
+    from sdax_hamilton._driver.runtime import _takes_positionally
+    from sdax_hamilton._types import split_check
 
     module = make_module(SHAPES)
     args = (("base", "base"), ("other", "other"))
@@ -615,6 +616,6 @@ def test_a_call_is_positional_only_where_it_means_the_same(make_module: Any) -> 
     assert not _takes_positionally(posonly, args)
     assert not _takes_positionally(functools.partial(module.in_order), args)
     # Classes of the plain metaclass are checked with isinstance; anything else is called.
-    assert _check_of(int.__instancecheck__) == (int, True)
-    assert _check_of(module.Marked.__instancecheck__)[1] is False
-    assert _check_of(callable)[1] is False
+    assert split_check(int.__instancecheck__) == (int, True)
+    assert split_check(module.Marked.__instancecheck__)[1] is False
+    assert split_check(callable)[1] is False

@@ -90,6 +90,21 @@ class Carrier:
     def __len__(self) -> int: ...
 
 @final
+class InputTable:
+    """A run's fresh value table from its inputs, when they are exactly right
+    (src/inputs.rs); built once per plan by ``build_plan``."""
+
+    def __new__(
+        cls,
+        names: frozenset[str],
+        config: dict[str, Any],
+        checks: Sequence[tuple[str, Any, bool]],
+    ) -> InputTable: ...
+    def fill(self, inputs: object) -> dict[str, Any] | None:
+        """``{**config, **inputs}``, or ``None`` when ``inputs`` (a dict, or ``None``) is not
+        exactly the required inputs, each passing its checks."""
+
+@final
 class StepCatcher:
     """Stands in for a loop's ``call_soon`` while a phase task is created on Python 3.11
     (src/step.rs): keeps the task's first step."""

@@ -22,7 +22,7 @@ from . import _core
 from ._driver import NodeRuntime, ReleaseRuntime, RunContext, carrier_of, open_run
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
-from ._types import accepts, checker, compatible, describe, mismatch, validate_type
+from ._types import accepts, checker, compatible, describe, mismatch, split_check, validate_type
 
 if TYPE_CHECKING:
     from ._adapters import Adapters
@@ -106,6 +106,9 @@ class _Program:
     carrier: _core.Carrier | None = None
     """How runs carry out their lone STARTs in the core (docs/internals.md, "How the driver
     carries out STARTs": the inline carrier), built from ``runtimes`` as runs call them."""
+    inputs: _core.InputTable | None = None
+    """A run's value table from inputs that pass every check below, in one call
+    (src/inputs.rs); ``None`` for a plan with override nodes."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,6 +132,10 @@ class PreparedPlan:
     ) -> dict[str, Any]:
         """docs/contract.md#run-checks: shape and value checks, then the run's fresh value table."""
         program = self._program
+        if overrides is None and program.inputs is not None:
+            table = program.inputs.fill(inputs)
+            if table is not None:
+                return table  # else a check below fails and says why
         # Read, never changed (the run's table is a new dict, below): a dict is not copied.
         supplied = inputs if type(inputs) is dict else {} if inputs is None else dict(inputs)
         if supplied.keys() != program.input_names:
@@ -318,6 +325,17 @@ def build_plan(
         input_names=frozenset(required),
         config_table=dict(config),
         carrier=carrier_of(program.runtimes),
+        inputs=None
+        if overridden
+        else _core.InputTable(
+            frozenset(required),
+            dict(config),
+            [
+                (name, *split_check(check))
+                for name, requirements in program.input_checks
+                for check, _ in requirements
+            ],
+        ),
     )
     return PreparedPlan(
         outputs=outputs,

@@ -665,6 +665,20 @@ def _compile_class(node: _Norm) -> Predicate | None:
     return check_class
 
 
+def split_check(check: Callable[[Any], bool]) -> tuple[Any, bool]:
+    """``(cls, True)`` for the check of a class of the plain metaclass, which
+    ``_compile_class`` makes ``cls.__instancecheck__`` (what ``isinstance`` calls for it:
+    Rust code calls ``isinstance`` instead, src/check.rs); else ``(check, False)``."""
+    owner = getattr(check, "__self__", None)
+    if (
+        type(owner) is type
+        and type(check) is types.BuiltinMethodType
+        and check.__name__ == "__instancecheck__"
+    ):
+        return owner, True
+    return check, False
+
+
 def _is_none(value: Any) -> bool:
     return value is None
 

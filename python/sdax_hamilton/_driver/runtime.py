@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from .. import _core
 from .._declarations import Acquisition
+from .._types import split_check
 
 TIMEOUT_MESSAGE: Final = "sdax_hamilton: the attempt timed out"
 """The message of the cancellation that ends a timed-out attempt: node hooks wrapped around
@@ -67,8 +68,8 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
                 node.name,
                 list(node.args),
                 dict(node.defaults) if node.defaults else None,
-                [(keyword, *_check_of(check)) for keyword, check in node.input_checks],
-                None if node.output_check is None else _check_of(node.output_check),
+                [(keyword, *split_check(check)) for keyword, check in node.input_checks],
+                None if node.output_check is None else split_check(node.output_check),
                 node.output_type,
                 node.release is not None,
                 not node.defaults and _takes_positionally(node.call, node.args),
@@ -81,20 +82,6 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
         types.CoroutineType,
         time.monotonic,
     )
-
-
-def _check_of(check: Callable[[Any], bool]) -> tuple[Any, bool]:
-    """``(cls, True)`` for the check of a class of the plain metaclass (``_types`` compiles
-    one to ``cls.__instancecheck__``, which is what ``isinstance`` calls for it: the core
-    calls ``isinstance``), else ``(check, False)``."""
-    owner = getattr(check, "__self__", None)
-    if (
-        type(owner) is type
-        and type(check) is types.BuiltinMethodType
-        and check.__name__ == "__instancecheck__"
-    ):
-        return owner, True
-    return check, False
 
 
 def _takes_positionally(call: Callable[..., Any], args: Sequence[tuple[str, str]]) -> bool:
