@@ -191,16 +191,6 @@ class AttemptMechanics(RunState):
             else:  # pragma: no cover - contract violation by the core
                 raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
 
-    def _make_tables(self) -> None:
-        """The per-job tables of the driver's own attempts, made when it first carries out
-        a command: a run the core's Run carries out alone never needs them."""
-        n = self._n
-        self._running = [None] * (2 * n)
-        self._sleeps = [None] * (2 * n)
-        self._kwargs = [None] * n
-        self._fresh = []
-        self._tables = True
-
     def _sleep_over(self, job: int, deadline: float, due: float) -> None:
         """The retry wait's timer fired: report it over, or re-arm it if it fired early.
 

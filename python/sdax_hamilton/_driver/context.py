@@ -284,7 +284,8 @@ class RunContext(OutcomeHandling):
 
     def _dispose(self) -> None:
         self._record = None
-        self._events.clear()
+        if self._tables:
+            self._events.clear()
         self._internal = None
 
     def _outcome_or_internal(self) -> BaseException:
@@ -432,7 +433,7 @@ class RunContext(OutcomeHandling):
         finally:
             # The phase's task ends: its inline timer goes, no inline attempt is left to use
             # the task, and the caller is woken.
-            timer = self._inline_timer
+            timer = self._inline_timer if self._tables else None
             if timer is not None:
                 self._inline_timer = None
                 timer.cancel()
@@ -454,7 +455,7 @@ class RunContext(OutcomeHandling):
         if commands:  # not all carried out by the core's Run
             self._execute(commands)
             return True
-        return bool(self._events or run.pending)
+        return self._tables or bool(run.pending)
 
     async def _drive(self, shutdown: bool) -> None:
         """Process events and carry out commands until the phase is quiescent."""
@@ -527,7 +528,7 @@ class RunContext(OutcomeHandling):
         task = self._phase_task
         if not self._began or task is None or task.done():
             return  # not begun: the coordinator sees the request and starts nothing
-        attempt = self._inline_attempt
+        attempt = self._inline_attempt if self._tables else None
         if attempt is not None and attempt.timed_out:
             return  # already cancelled once, by its timeout: aborted once it has drained
         task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline

@@ -85,12 +85,19 @@ class RunState:
     _run: _core.Run
     _loop: asyncio.AbstractEventLoop
     _watch: bool  # someone wants to hear about every attempt (``Reporter.wants_attempts``)
-    # Set when the driver first carries out a command (``AttemptMechanics._make_tables``;
-    # a run carried out by the core's Run alone needs none of them).
+    # The driver's own state, made when it first carries out a command or hears of an
+    # event (``_make_tables``; a run the core's Run carries out alone needs none of it).
     _running: list[Attempt | None]  # per job: the attempt carried out now
     _sleeps: list[asyncio.TimerHandle | None]  # per job: its retry wait
     _kwargs: list[dict[str, Any] | None]  # per forward job: its arguments, read at attempt 0
     _fresh: list[Attempt]  # started calls whose awaitables are not launched yet
+    _events: deque[Event]  # the coordinator's queue
+    _waiter: asyncio.Future[None] | None  # its one wake-up future
+    _live: int  # attempt tasks not finished yet
+    _sleeping: int  # retry waits armed and not over or stopped yet
+    # The one timer serving every inline attempt's timeout (see ``AttemptMechanics``).
+    _inline_attempt: Attempt | None
+    _inline_timer: asyncio.TimerHandle | None
     _acquisitions: list[Acquisition[Any] | None]  # per owned forward job: what its release gets
     _task: asyncio.Task[Any]  # the phase's task (forward or shutdown), while it runs
     _inline_when: float
@@ -132,24 +139,32 @@ class RunState:
         # Both created on first use: a run that neither fails nor is watched needs neither.
         self._record: FailureRecord | None = None
         self._reporter: Reporter | None = None
-        # The coordinator's queue and its one wake-up future.
-        self._events: deque[Event] = deque()
-        self._waiter: asyncio.Future[None] | None = None
-        self._tables = False  # the four tables above exist
-        self._live = 0  # attempt tasks not finished yet
-        self._sleeping = 0  # retry waits armed and not over or stopped yet
+        self._tables = False  # the driver's own state exists (``_make_tables``)
         self._shutting = False  # the coordinator carries out the shutdown phase
         self._through = False  # execute(): the forward task goes on with the shutdown phase
-        # The one timer serving every inline attempt's timeout (see ``AttemptMechanics``).
-        self._inline_attempt: Attempt | None = None
-        self._inline_timer: asyncio.TimerHandle | None = None
-        # ``_inline_when``: the timer's due time, set with the timer.
+        # ``_inline_when``: the inline timer's due time, set with the timer.
         # The phase task (forward, then shutdown) and the caller's wait for it; with it
         # (``RunContext._start_phase``): ``_phase_over``, ``_phase_done`` and ``_began``,
         # the phase's coroutine has started running.
         self._phase_task: asyncio.Task[None] | None = None
         self._abort_requested = False  # the forward phase is to be aborted (caller cancelled)
         self._internal: BaseException | None = None  # an internal failure of a coordinator
+
+    def _make_tables(self) -> None:
+        """The driver's own state (declared above), made when it first carries out a
+        command or hears of an event."""
+        n = self._n
+        self._running = [None] * (2 * n)
+        self._sleeps = [None] * (2 * n)
+        self._kwargs = [None] * n
+        self._fresh = []
+        self._events = deque()
+        self._waiter = None
+        self._live = 0
+        self._sleeping = 0
+        self._inline_attempt = None
+        self._inline_timer = None
+        self._tables = True
 
     def _failures(self) -> FailureRecord:
         """The run's failure record (``_record is None`` while nothing failed)."""
@@ -175,6 +190,8 @@ class RunState:
 
     def _post(self, event: Event) -> None:
         """Queue an event for the coordinator and wake it."""
+        if not self._tables:
+            self._make_tables()
         self._events.append(event)
         waiter = self._waiter
         if waiter is not None:
