@@ -321,6 +321,32 @@ impl PyRun {
         self.carried(py)
     }
 
+    /// ``carry_with(carrying)`` and ``start()`` in one call: the forward phase of a run
+    /// carried out in ``carrying``'s task.
+    fn start_carried<'py>(
+        &mut self,
+        py: Python<'py>,
+        carrying: CarryingArgs,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.carry_with(Some(carrying))?;
+        self.start(py)
+    }
+
+    /// ``begin_shutdown()``; ``None`` when that leaves the run finished with nothing to
+    /// carry out, the carrier detached as by ``carry_with(None)``: how a run the core
+    /// carried out alone ends, in one call.
+    fn begin_shutdown_or_finish<'py>(
+        &mut self,
+        py: Python<'py>,
+    ) -> PyResult<Option<Bound<'py, PyList>>> {
+        let commands = self.begin_shutdown(py)?;
+        if commands.is_empty() && self.core.finished() {
+            self.carrying = None;
+            return Ok(None);
+        }
+        Ok(Some(commands))
+    }
+
     #[getter]
     fn pending(&self) -> u32 {
         self.core.pending()

@@ -619,3 +619,34 @@ def test_a_call_is_positional_only_where_it_means_the_same(make_module: Any) -> 
     assert split_check(int.__instancecheck__) == (int, True)
     assert split_check(module.Marked.__instancecheck__)[1] is False
     assert split_check(callable)[1] is False
+
+
+async def test_a_run_carried_alone_ends_in_one_call_and_lets_its_task_go(
+    make_module: Any,
+) -> None:
+    # ``start_carried`` attaches and starts; ``begin_shutdown_or_finish`` answers None
+    # once nothing is left, detached from the task, and the commands otherwise.
+    module = make_module(SOURCE)
+    plan = Driver(module).prepare(["query"])
+    carrier = plan._program.carrier
+    assert carrier is not None
+    task = asyncio.current_task()
+    values: dict[str, Any] = {"dsn": "db"}
+    acquisitions: list[Any] = [None] * len(carrier)
+    run = _core.Run(plan._program.plan)
+    module.LOG.clear()
+    assert run.start_carried((carrier, values, acquisitions, task, time.monotonic)) == []
+    assert values["query"] == "db/txn/query:txn"  # every node carried out
+    assert any(r is task for r in gc.get_referents(run))
+    assert run.begin_shutdown_or_finish() is None  # both releases carried out too
+    assert module.LOG == [("close_txn", "db/txn"), ("close_conn", "db", True)]
+    assert run.finished
+    assert not any(r is task for r in gc.get_referents(run))
+    # Releases the Run does not carry out (no carrier attached) come back as commands.
+    run = _core.Run(plan._program.plan)
+    fresh = {"dsn": "db"}
+    assert run.start_carried((carrier, fresh, [None] * len(carrier), task, time.monotonic)) == []
+    run.carry_with(None)
+    commands = run.begin_shutdown_or_finish()
+    assert commands is not None and [c[0] for c in commands] == [_core.START]
+    assert not run.finished

@@ -317,6 +317,14 @@ class Run:
         starts after the releases of every owned node depending on its node (through
         inputs or borrows, transitively) have completed. Requires ``pending == 0``.
         """
+    def start_carried(
+        self,
+        carrying: tuple[Carrier, dict[str, Any], list[Any], object, Callable[[], float]],
+    ) -> list[Command]:
+        """``carry_with(carrying)`` and ``start()`` in one call."""
+    def begin_shutdown_or_finish(self) -> list[Command] | None:
+        """``begin_shutdown()``; ``None`` when that leaves the run finished with nothing to
+        carry out, the carrier detached as by ``carry_with(None)``."""
     @property
     def pending(self) -> int:
         """Jobs currently running or waiting to retry (0 = the phase is quiescent)."""

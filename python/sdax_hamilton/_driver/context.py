@@ -404,23 +404,30 @@ class RunContext(OutcomeHandling):
         shutdown phase for ``execute()``; or the shutdown phase alone, from the core's
         first shutdown ``commands``. Carries out commands until the phase is quiescent."""
         self._began = True
-        task = _task_of(self._loop)
+        loop = self._loop
+        task = _task_of(loop)
         assert task is not None
         self._task = task  # the phase's task: inline attempts and their timeouts use it
         carrier = self._carrier
-        if carrier is not None:  # the core's Run carries out lone STARTs in this task
-            self._run.carry_with((carrier, self._values, self._acquisitions, task, self._loop.time))
+        run = self._run
+        # With a carrier, the core's Run carries out lone STARTs in this task.
+        carrying = None
+        if carrier is not None:
+            carrying = (carrier, self._values, self._acquisitions, task, loop.time)
         try:
             if commands is None:
-                if self._begin_forward():
+                if self._begin_forward(carrying):
                     await self._drive(False)
                 if not self._through:
                     return
                 if self._observers is not None:
                     self._report().shutdown_started()
-                commands = self._run.begin_shutdown()
-                if not commands and self._run.finished:
+                commands = run.begin_shutdown_or_finish()
+                if commands is None:  # the run is over; the Run has let the carrier go
+                    carrying = None
                     return
+            elif carrying is not None:
+                run.carry_with(carrying)
             self._shutting = True  # from here on the caller's cancellations are cleanup's
             self._execute(commands)
             # A failure the core's Run handed back in them has a traceback whose frames
@@ -437,21 +444,29 @@ class RunContext(OutcomeHandling):
             if timer is not None:
                 self._inline_timer = None
                 timer.cancel()
-            if carrier is not None:
-                self._run.carry_with(None)  # the Run refers to this task no more
+            if carrying is not None:
+                carrying = None
+                run.carry_with(None)  # the Run refers to this task no more
             del self._task
-            self._phase_over_now()
+            # ``_phase_over_now``, inlined: every run passes here
+            self._phase_over = True
+            done = self._phase_done
+            if done is not None and not done.done():
+                done.set_result(None)
 
-    def _begin_forward(self) -> bool:
-        """Start the forward phase; whether it is still to be driven (``_drive``): not
-        when the core's Run carried out all of it, nor when the caller was cancelled
-        before it began (the request is then all there is)."""
-        if self._abort_requested:
-            return False
+    def _begin_forward(self, carrying: Any) -> bool:
+        """Start the forward phase, carried out with ``carrying`` (``Run.carry_with``'s
+        argument) if not ``None``; whether it is still to be driven (``_drive``): not when
+        the core's Run carried out all of it, nor when the caller was cancelled before it
+        began (the request is then all there is)."""
         run = self._run
+        if self._abort_requested:
+            if carrying is not None:
+                run.carry_with(carrying)  # for the shutdown phase that follows
+            return False
         if self._deadline is not None:
             run.clock(self._loop.time())
-        commands = run.start()
+        commands = run.start() if carrying is None else run.start_carried(carrying)
         if commands:  # not all carried out by the core's Run
             self._execute(commands)
             return True
