@@ -382,3 +382,38 @@ def test_a_loop_whose_call_soon_is_replaced_keeps_it(make_module: Any) -> None:
 def test_the_monotonic_clock_is_the_one_nodes_see() -> None:
     # The monotonic checks above compare time.monotonic() readings taken in nodes.
     assert time.get_clock_info("monotonic").monotonic
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_loops_in_threads_run_eager_phases_side_by_side(loop: str, make_module: Any) -> None:
+    # Each thread's phase tasks catch their own first steps (3.11's catcher is one per
+    # task, _driver/context.py): runs on loops in several threads at once all finish.
+    import threading
+
+    module = make_module(QUICK)
+    plan = Driver(module).prepare(["second"])
+    results: list[object] = []
+    errors: list[BaseException] = []
+
+    async def many() -> None:
+        for _ in range(300):
+            results.append(await plan.execute())
+
+    def worker() -> None:
+        try:
+            _run(loop, many)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns often, inside task constructors too
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert results == [{"second": 2}] * 1200

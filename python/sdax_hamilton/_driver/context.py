@@ -57,9 +57,9 @@ else:
     _leave_task: Final = asyncio.tasks._leave_task
 
     # Stands in for the loop's ``call_soon`` while a phase task is created: keeps the
-    # task's first step instead of queueing it. One serves every run: it is emptied
-    # before the step runs (a run inside the step uses it again).
-    _catcher: Final = _core.StepCatcher()
+    # task's first step instead of queueing it. One per task: loops in other threads
+    # may be creating theirs meanwhile (the constructor runs Python code).
+    _StepCatcher: Final = _core.StepCatcher
 
     def _phase_task(
         loop: asyncio.AbstractEventLoop, coordinator: Coroutine[Any, Any, None]
@@ -79,12 +79,12 @@ else:
         attrs = getattr(loop, "__dict__", None)
         if attrs is None or "call_soon" in attrs or loop.get_task_factory() is not None:
             return loop.create_task(coordinator, name=PHASE_TASK_NAME)
-        attrs["call_soon"] = _catcher
+        catcher = attrs["call_soon"] = _StepCatcher()
         try:
             task = asyncio.Task(coordinator, loop=loop, name=PHASE_TASK_NAME)
         finally:
             del attrs["call_soon"]
-        caught = _catcher.take()
+        caught = catcher.take()
         if caught is None:  # pragma: no cover - the task queued its step some other way
             return task
         step, context = caught
