@@ -387,7 +387,7 @@ def test_the_monotonic_clock_is_the_one_nodes_see() -> None:
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_loops_in_threads_run_eager_phases_side_by_side(loop: str, make_module: Any) -> None:
     # Each thread's phase tasks catch their own first steps (3.11's catcher is one per
-    # task, _driver/context.py): runs on loops in several threads at once all finish.
+    # thread, _driver/context.py): runs on loops in several threads at once all finish.
     import threading
 
     module = make_module(QUICK)

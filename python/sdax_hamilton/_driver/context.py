@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 import types
 from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
@@ -57,9 +58,10 @@ else:
     _leave_task: Final = asyncio.tasks._leave_task
 
     # Stands in for the loop's ``call_soon`` while a phase task is created: keeps the
-    # task's first step instead of queueing it. One per task: loops in other threads
-    # may be creating theirs meanwhile (the constructor runs Python code).
-    _StepCatcher: Final = _core.StepCatcher
+    # task's first step instead of queueing it. One per thread: loops in other threads
+    # may be creating their tasks meanwhile (the constructor runs Python code); in one
+    # thread, a catcher is emptied before the step runs (a run inside the step uses it).
+    _catchers: Final = threading.local()
 
     def _phase_task(
         loop: asyncio.AbstractEventLoop, coordinator: Coroutine[Any, Any, None]
@@ -79,7 +81,10 @@ else:
         attrs = getattr(loop, "__dict__", None)
         if attrs is None or "call_soon" in attrs or loop.get_task_factory() is not None:
             return loop.create_task(coordinator, name=PHASE_TASK_NAME)
-        catcher = attrs["call_soon"] = _StepCatcher()
+        catcher = getattr(_catchers, "catcher", None)
+        if catcher is None:
+            catcher = _catchers.catcher = _core.StepCatcher()
+        attrs["call_soon"] = catcher
         try:
             task = asyncio.Task(coordinator, loop=loop, name=PHASE_TASK_NAME)
         finally:
