@@ -95,8 +95,8 @@ async def test_nothing_is_logged_above_debug_for_a_clean_run(
 async def test_debug_logging_is_seen_as_soon_as_it_is_turned_on_or_off(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # Each run asks whether DEBUG is on (``reporter.debug_logging``, which reads logging's
-    # memo of the answer): runs in between level changes see each change at once.
+    # Each run asks whether DEBUG is on (``Reporter.wants_attempts``, which reads
+    # logging's memo of the answer): runs in between level changes see each change at once.
     async def a() -> int:
         return 1
 

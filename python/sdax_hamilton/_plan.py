@@ -250,18 +250,7 @@ class PreparedPlan:
             raise ValueError(f"{_RESOURCE_OUTPUT}: {list(program.resource_outputs)}")
         if program.adapters is None:
             budget = None if timeout is None else _core.run_budget(timeout)
-            values = self._values(inputs, overrides)
-            # ``_run``, inlined: every execute passes here
-            run = open_run(
-                program.plan,
-                program.runtimes,
-                values,
-                self.outputs,
-                program.seed,
-                observer,
-                budget,
-                program.carrier,
-            )
+            run = self._run(self._values(inputs, overrides), observer, budget)
             results = run.execute_at_once()  # a quick run needs no coroutine of its own
             return results if results is not None else await run.execute_rest()
         async with self.open(

@@ -20,13 +20,14 @@ from .. import _core
 from .._observe import observers_of
 from .attempts import Attempt, AttemptState
 from .outcomes import OutcomeHandling
-from .reporter import Reporter, debug_logging
+from .reporter import Reporter
 from .runtime import NodeRuntime
 
 _CancelledError: Final = asyncio.CancelledError
 _CoroutineType: Final = types.CoroutineType
 _CALLED: Final = AttemptState.CALLED
 _running_loop: Final = asyncio.get_running_loop
+_wants_attempts: Final = Reporter.wants_attempts
 
 JITTER_SEED: ContextVar[int | None] = ContextVar("sdax_hamilton_jitter_seed", default=None)
 """Set by ``sdax_hamilton.testing.jitter_seed``: seeds every run opened meanwhile."""
@@ -202,6 +203,9 @@ class RunContext(OutcomeHandling):
         if self._entered:
             raise RuntimeError("a run context can be entered only once")
         self._entered = True
+        n = self._n
+        if len(self._plan) != n:
+            raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
         if self._instant:
             self._run = _core.Run(self._plan, self._seed, instant_retries=True)
         else:  # a keyword argument costs a run ~0.15 µs in the bindings
@@ -209,7 +213,6 @@ class RunContext(OutcomeHandling):
         loop = self._loop = _running_loop()
         if _task_of(loop) is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
-        n = self._n
         budget = self._budget
         if budget is not None:
             # The core decides from the deadline; we tell it the time before each event.
@@ -218,21 +221,14 @@ class RunContext(OutcomeHandling):
             self._clipped = [-1] * n
         self._acquisitions = [None] * n
         observers = self._observers
-        if observers is None and budget is None:
-            # Nobody watches attempts unless DEBUG logging is on (``Reporter.wants_attempts``).
-            if debug_logging():
-                self._watch = True
-                self._carrier = None
-            else:
-                self._watch = False
-            return
-        watch = self._watch = Reporter.wants_attempts(observers)
+        watch = self._watch = _wants_attempts(observers)
         if watch or budget is not None:
             # Every attempt is reported, or told the time: the driver carries out each.
             self._carrier = None
-        self._report().run_started(self._plan.nodes, self._deadline)
-        if self._record is not None:  # the observer raised KeyboardInterrupt/SystemExit
-            self._fail_run()  # nothing ran: nothing to clean up
+        if observers is not None or budget is not None:
+            self._report().run_started(self._plan.nodes, self._deadline)
+            if self._record is not None:  # the observer raised KeyboardInterrupt/SystemExit
+                self._fail_run()  # nothing ran: nothing to clean up
 
     async def __aexit__(
         self,
@@ -453,11 +449,7 @@ class RunContext(OutcomeHandling):
                 carrying = None
                 run.carry_with(None)  # the Run refers to this task no more
             del self._task
-            # ``_phase_over_now``, inlined: every run passes here
-            self._phase_over = True
-            done = self._phase_done
-            if done is not None and not done.done():
-                done.set_result(None)
+            self._phase_over_now()
 
     def _begin_forward(self, carrying: Any) -> bool:
         """Start the forward phase, carried out with ``carrying`` (``Run.carry_with``'s

@@ -26,17 +26,8 @@ from .runtime import NodeRuntime
 logger = logging.getLogger("sdax_hamilton")
 
 # logging's own memo of ``logger.isEnabledFor`` answers (emptied in place whenever a level
-# changes); an empty dict where a logging module keeps none, so the call below decides.
+# changes); an empty dict where a logging module keeps none, so the method decides.
 _answers: Final[dict[int, bool]] = getattr(logger, "_cache", {})
-
-
-def debug_logging() -> bool:
-    """``logger.isEnabledFor(DEBUG)``, read from logging's memo when it has the answer:
-    asked once per run, where the method call would cost more than the rest of a check."""
-    if logger.disabled:
-        return False
-    answer = _answers.get(logging.DEBUG)
-    return logger.isEnabledFor(logging.DEBUG) if answer is None else answer
 
 
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
@@ -92,8 +83,17 @@ class Reporter:
 
     @staticmethod
     def wants_attempts(observers: tuple[Observer, ...] | None) -> bool:
-        """Whether anyone wants every attempt of a run: an observer, or DEBUG logging."""
-        return observers is not None or debug_logging()
+        """Whether anyone wants every attempt of a run: an observer, or DEBUG logging.
+
+        Asked when every run is opened: ``logger.isEnabledFor(DEBUG)`` is read from
+        logging's memo when it has the answer (the method call would cost more than the
+        rest of the check)."""
+        if observers is not None:
+            return True
+        if logger.disabled:
+            return False
+        answer = _answers.get(logging.DEBUG)
+        return logger.isEnabledFor(logging.DEBUG) if answer is None else answer
 
     def close(self) -> None:
         """The run is over: drop the way back into it and the listeners (which may keep
