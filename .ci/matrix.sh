@@ -10,12 +10,14 @@
 # pytest header names the loop and where sdax_hamilton came from). Cells run MATRIX_JOBS at a
 # time (default 2). Prints a table interpreter x loop -> passed/failed/skipped and the
 # campaign's run count; exits non-zero if any cell failed. A missing interpreter prints a
-# line, never a failure. Logs stay in $MATRIX_DIR (default: a fresh temporary directory).
+# line, never a failure. Logs stay in $MATRIX_DIR (default: a fresh temporary directory,
+# removed when every cell passed).
 set -euo pipefail
 src="$(cd "$(dirname "$0")/.." && pwd)"
 jobs="${MATRIX_JOBS:-2}"
 work="${MATRIX_DIR:-$(mktemp -d)}"
 mkdir -p "$work"
+own_work="${MATRIX_DIR:+no}"
 export PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1
 
 wheel="${1:-}"
@@ -172,7 +174,10 @@ if [ "${#ready[@]}" -ne "${#minors[@]}" ]; then
     failed=1
 fi
 if [ "$failed" -ne 0 ]; then
-    echo "matrix: FAILED" >&2
+    echo "matrix: FAILED (logs and virtualenvs kept in $work)" >&2
     exit 1
 fi
 echo "matrix: every cell passed"
+if [ -z "$own_work" ]; then
+    rm -rf "$work"  # a temporary directory of our own: its virtualenvs take gigabytes
+fi
