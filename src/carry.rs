@@ -33,7 +33,7 @@ use pyo3::types::iterator::PySendResult;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::check::Check;
+use crate::check::{all_pass, Check};
 
 /// The opcode of a carried START handed back (outside the core's `Op` range).
 pub(crate) const CARRIED: u8 = 0x80;
@@ -269,15 +269,7 @@ impl NodeCall {
                 None => return Ok(None),
             }
         }
-        for (keyword, check) in &self.checks {
-            let Some(value) = kwargs.get_item(keyword.bind(py))? else {
-                return Ok(None);
-            };
-            if !check.passes(&value)? {
-                return Ok(None);
-            }
-        }
-        Ok(Some(kwargs))
+        Ok(all_pass(&self.checks, &kwargs)?.then_some(kwargs))
     }
 
     /// The positional arguments of the first attempt (`indexes`: each check's argument);

@@ -3,6 +3,7 @@
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString};
 
 /// A requirement on a value: a class (`isinstance`, which is all the check of a class of
 /// the plain metaclass does) or a predicate to call.
@@ -41,4 +42,21 @@ impl Check {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Whether each `(key, check)` finds its key in `values` and the value there passes.
+pub(crate) fn all_pass(
+    checks: &[(Py<PyString>, Check)],
+    values: &Bound<'_, PyDict>,
+) -> PyResult<bool> {
+    let py = values.py();
+    for (key, check) in checks {
+        let Some(value) = values.get_item(key.bind(py))? else {
+            return Ok(false);
+        };
+        if !check.passes(&value)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyFrozenSet, PyString};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::check::Check;
+use crate::check::{all_pass, Check};
 
 #[pyclass(frozen, module = "sdax_hamilton._core", name = "InputTable")]
 pub(crate) struct InputTable {
@@ -66,15 +66,7 @@ impl InputTable {
             }
             table.set_item(name, value)?;
         }
-        for (name, check) in &self.checks {
-            let Some(value) = supplied.get_item(name.bind(py))? else {
-                return Ok(None);
-            };
-            if !check.passes(&value)? {
-                return Ok(None);
-            }
-        }
-        Ok(Some(table))
+        Ok(all_pass(&self.checks, supplied)?.then_some(table))
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
