@@ -50,14 +50,15 @@ struct NodeCall {
     name: Py<PyString>,
     args: Vec<(Py<PyString>, Py<PyString>)>,
     defaults: Option<Py<PyDict>>,
-    /// `(index into args, requirement)`; with keywords, the index of the keyword in a
-    /// call of defaults only is `args.len()` and up (see `kwargs`).
+    /// `(keyword, requirement)` for each checked argument (positionally, found by the
+    /// index in `positional`).
     checks: Vec<(Py<PyString>, Check)>,
     output_check: Option<Check>,
     output_type: Py<PyAny>,
     owned: bool,
     /// `args` are the function's first parameters, in order, and nothing else is passed:
-    /// it is called with them positionally (no keyword dictionary to build and unpack).
+    /// it is called with them positionally (no keyword dictionary to build and unpack);
+    /// the index into `args` of each check's keyword.
     positional: Option<Vec<usize>>,
 }
 
