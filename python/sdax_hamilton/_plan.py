@@ -320,16 +320,18 @@ def build_plan(
     )
     if adapters is not None:  # node hooks around every call (docs/adapters.md)
         program = replace(program, runtimes=adapters.wrap(program.runtimes), adapters=adapters)
+    input_names = frozenset(required)
+    config_table = dict(config)  # never changed: the Python checks and the table share it
     program = replace(
         program,
-        input_names=frozenset(required),
-        config_table=dict(config),
+        input_names=input_names,
+        config_table=config_table,
         carrier=carrier_of(program.runtimes),
         inputs=None
         if overridden
         else _core.InputTable(
-            frozenset(required),
-            dict(config),
+            input_names,
+            config_table,
             [
                 (name, *split_check(check))
                 for name, requirements in program.input_checks
