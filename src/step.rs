@@ -1,5 +1,5 @@
 //! `StepCatcher`: stands in for a loop's `call_soon` while a phase task is created on
-//! Python 3.11, which has no eager tasks (`_driver/context.py`, `_phase_task`).
+//! Python 3.11, which has no eager tasks (`_executor/context.py`, `_phase_task`).
 //!
 //! `asyncio.Task` hands its first step to `loop.call_soon(step, context=ctx)`; the catcher
 //! keeps that step for the driver to run at once. It is a Rust object rather than a Python

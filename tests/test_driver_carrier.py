@@ -23,7 +23,7 @@ from support import loops as loop_support
 from support.campaign import VirtualTimeLoop
 
 from sdax_hamilton import Driver, ExecutionError, RunEvent, _core, failures
-from sdax_hamilton._driver.attempts import AttemptMechanics
+from sdax_hamilton._executor.attempts import AttemptMechanics
 
 SOURCE = """
 import asyncio
@@ -599,7 +599,7 @@ async def test_every_signature_is_called_as_the_driver_calls_it(
 
 
 def test_a_call_is_positional_only_where_it_means_the_same(make_module: Any) -> None:
-    from sdax_hamilton._driver.runtime import _takes_positionally
+    from sdax_hamilton._executor.runtime import _takes_positionally
     from sdax_hamilton._types import split_check
 
     module = make_module(SHAPES)

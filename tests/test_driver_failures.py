@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from sdax_hamilton._driver import is_retryable
+from sdax_hamilton._executor import is_retryable
 from sdax_hamilton._failures import (
     DIAGNOSTICS_NOTE,
     ExecutionError,

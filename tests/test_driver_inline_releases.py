@@ -8,7 +8,7 @@ from typing import Any
 
 from support.driver import Node, Runner, clean_loop, execute, prepare, started, yield_a_few
 
-from sdax_hamilton._driver import open_run
+from sdax_hamilton._executor import open_run
 from sdax_hamilton._failures import failures
 
 

@@ -32,7 +32,7 @@ from support.driver import (
     yield_a_few,
 )
 
-from sdax_hamilton._driver import open_run
+from sdax_hamilton._executor import open_run
 from sdax_hamilton._failures import (
     DIAGNOSTICS_NOTE,
     ExecutionError,

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from sdax_hamilton import ExecutionError, failures
-from sdax_hamilton._driver.record import FailureRecord
+from sdax_hamilton._executor.record import FailureRecord
 
 
 def test_a_clean_record_has_no_outcome() -> None:

@@ -17,7 +17,7 @@ import pytest
 from support.driver import MODES, Mode, Node, clean_loop, prepare, started
 
 from sdax_hamilton import Driver, ExecutionError, RunEvent
-from sdax_hamilton._driver import open_run
+from sdax_hamilton._executor import open_run
 from sdax_hamilton._observe import Observer
 
 

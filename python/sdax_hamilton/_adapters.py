@@ -37,7 +37,7 @@ from contextvars import ContextVar
 from types import CoroutineType, FunctionType, ModuleType
 from typing import Any, Final
 
-from ._driver import TIMEOUT_MESSAGE, NodeRuntime
+from ._executor import TIMEOUT_MESSAGE, NodeRuntime
 
 __all__ = ["Adapters", "check_adapters", "pre_do_anything"]
 

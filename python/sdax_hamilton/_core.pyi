@@ -2,7 +2,7 @@
 
 The extension is the core of the package: policy validation and jitter, graph compilation
 and selection (including which graphs are refused), and the per-run scheduling state
-machine. The asyncio driver (``_driver``) executes the commands a ``Run`` emits and reports
+machine. The asyncio executor (``_executor``) executes the commands a ``Run`` emits and reports
 events back; it never decides ordering, retries or shutdown sequence itself: which job
 starts when, whether a failure is retried and after which delay (test mode included),
 and the order of releases (the one the plan picture draws) are all the core's.
@@ -60,7 +60,7 @@ Command = tuple[int, int, int, Any]
 @final
 class Carrier:
     """How a plan's jobs are called inline by a ``Run`` (src/carry.rs), built once per plan
-    by ``sdax_hamilton._driver.carrier_of``."""
+    by ``sdax_hamilton._executor.carrier_of``."""
 
     def __new__(
         cls,

@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import _core
-from ._driver import NodeRuntime, ReleaseRuntime, RunContext, carrier_of, open_run
+from ._executor import NodeRuntime, ReleaseRuntime, RunContext, carrier_of, open_run
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
 from ._types import accepts, checker, compatible, describe, mismatch, split_check, validate_type

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from ._driver import INSTANT_RETRIES, JITTER_SEED
+from ._executor import INSTANT_RETRIES, JITTER_SEED
 
 __all__ = ["instant_retries", "jitter_seed"]
 

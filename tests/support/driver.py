@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sdax_hamilton import _core
-from sdax_hamilton._driver import NodeRuntime, ReleaseRuntime, carrier_of, open_run
+from sdax_hamilton._executor import NodeRuntime, ReleaseRuntime, carrier_of, open_run
 from sdax_hamilton._failures import RetryableException
 
 DEFAULT_RETRYABLE: tuple[type[BaseException], ...] = (
