@@ -23,7 +23,8 @@ from support import loops as loop_support
 from support.campaign import VirtualTimeLoop
 
 from sdax_hamilton import Driver, ExecutionError, RunEvent, _core, failures
-from sdax_hamilton._executor.attempts import AttemptMechanics
+from sdax_hamilton._executor.calls import Calls
+from sdax_hamilton._executor.jobs import Job
 
 SOURCE = """
 import asyncio
@@ -165,17 +166,17 @@ def _ignore(event: RunEvent) -> None:
 
 
 class _Counted:
-    """Counts the driver's own calls of node functions (``AttemptMechanics._start``)."""
+    """Counts the driver's own calls of node functions (``Calls._start``)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.starts = 0
-        original = AttemptMechanics._start
+        original = Calls._start
 
-        def counting(run: AttemptMechanics, job: int, attempt: int, timeout: Any) -> None:
+        def counting(calls: Calls, job: Job, attempt: int, timeout: Any) -> None:
             self.starts += 1
-            original(run, job, attempt, timeout)
+            original(calls, job, attempt, timeout)
 
-        monkeypatch.setattr(AttemptMechanics, "_start", counting)
+        monkeypatch.setattr(Calls, "_start", counting)
 
 
 async def _both(module: Any, outputs: list[str], **prepare: Any) -> tuple[Any, Any]:
@@ -385,7 +386,7 @@ async def test_the_collector_sees_what_carriers_and_runs_refer_to(make_module: A
     # whose phase task refers back to it) is freed by the collector, in one collection.
     module = make_module(SOURCE)
     plan = Driver(module).prepare(["query"])
-    carrier = plan._program.carrier
+    carrier = plan._program.jobs.carrier
     assert carrier is not None and gc.is_tracked(carrier)
     names = {getattr(f, "__name__", None) for f in gc.get_referents(carrier)}
     assert {"conn", "txn", "query", "close_conn", "close_txn"} <= names
@@ -472,7 +473,7 @@ async def test_a_carrier_of_another_plan_is_refused(make_module: Any) -> None:
     driver = Driver(module)
     small, large = driver.prepare(["conn"]), driver.prepare(["query"])
     run = _core.Run(large._program.plan)
-    carrier = small._program.carrier
+    carrier = small._program.jobs.carrier
     assert carrier is not None and len(carrier) != len(large._program.plan)
     with pytest.raises(ValueError, match=r"the carrier has 1 node\(s\), the plan 3"):
         run.carry_with((carrier, {}, [None], asyncio.current_task(), time.monotonic))
@@ -628,7 +629,7 @@ async def test_a_run_carried_alone_ends_in_one_call_and_lets_its_task_go(
     # once nothing is left, detached from the task, and the commands otherwise.
     module = make_module(SOURCE)
     plan = Driver(module).prepare(["query"])
-    carrier = plan._program.carrier
+    carrier = plan._program.jobs.carrier
     assert carrier is not None
     task = asyncio.current_task()
     values: dict[str, Any] = {"dsn": "db"}

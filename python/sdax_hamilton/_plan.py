@@ -19,7 +19,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import _core
-from ._executor import NodeRuntime, ReleaseRuntime, RunContext, carrier_of, open_run
+from ._executor import JobTable, NodeRuntime, ReleaseRuntime, RunContext, carrier_of, open_run
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
 from ._types import accepts, checker, compatible, describe, mismatch, split_check, validate_type
@@ -103,9 +103,10 @@ class _Program:
     """The run inputs every run must supply (the keys of ``PreparedPlan.required_inputs``)."""
     config_table: dict[str, Any] = field(default_factory=dict)
     """``config`` as the plain dict each run's value table starts from."""
-    carrier: _core.Carrier | None = None
-    """How runs carry out their lone STARTs in the core (docs/internals.md, "How the driver
-    carries out STARTs": the inline carrier), built from ``runtimes`` as runs call them."""
+    jobs: JobTable | None = None
+    """The plan's job table (what each of the core's job ids stands for) with its carrier
+    (how runs carry out their lone STARTs in the core: docs/internals.md), built from
+    ``runtimes`` as runs call them."""
     inputs: _core.InputTable | None = None
     """A run's value table from inputs that pass every check below, in one call
     (src/inputs.rs); ``None`` for a plan with override nodes."""
@@ -191,17 +192,9 @@ class PreparedPlan:
     def _run(self, values: dict[str, Any], observer: object, budget: float | None) -> RunContext:
         """One run of this plan over the value table ``values`` (not entered yet)."""
         program = self._program
-        # seed, observer, timeout, carrier: positionally, which costs a run less
-        return open_run(
-            program.plan,
-            program.runtimes,
-            values,
-            self.outputs,
-            program.seed,
-            observer,
-            budget,
-            program.carrier,
-        )
+        jobs = program.jobs
+        assert jobs is not None  # set by build_plan
+        return open_run(program.plan, jobs, values, self.outputs, program.seed, observer, budget)
 
     def to_dot(self) -> str:
         """Graphviz DOT of the selected graph.
@@ -326,7 +319,7 @@ def build_plan(
         program,
         input_names=input_names,
         config_table=config_table,
-        carrier=carrier_of(program.runtimes),
+        jobs=JobTable(program.runtimes, carrier_of(program.runtimes)),
         inputs=None
         if overridden
         else _core.InputTable(

@@ -211,7 +211,7 @@ class Mode:
             assert coordinators == {"RunContext._coordinate"}
             assert len(set(self.tasks)) == 1  # every attempt in the one forward task
         else:
-            assert coordinators == {"AttemptMechanics._attempt_task"}
+            assert coordinators == {"Calls._attempt_task"}
         if runner is None:
             assert me is not None and me.cancelling() == 0  # timeouts took their cancels back
 

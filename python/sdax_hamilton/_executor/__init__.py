@@ -1,25 +1,31 @@
-"""The asyncio driver: carries out a ``_core.Run``'s commands on the caller's event loop.
+"""The asyncio executor: carries out a ``_core.Run``'s commands on the caller's event loop.
 
 The Rust core decides what happens (which job starts, whether and when a failure is
-retried, when the forward phase aborts, in which order releases run); the driver turns its
-commands into calls, tasks, timers and cancellations and reports back what happened.
-docs/internals.md describes the protocol. The parts, each a module:
+retried, when the forward phase aborts, in which order releases run); the executor turns
+its commands into calls, tasks, timers and cancellations and reports back what happened.
+docs/internals.md follows one ``execute()`` through these modules:
 
-* ``runtime``: what the plan hands the driver per node (``NodeRuntime``, ``ReleaseRuntime``);
-* ``context``: the phase and cancellation protocol (``open_run``, ``RunContext``);
+* ``runtime``: what the plan hands the executor per node (``NodeRuntime``, ``ReleaseRuntime``);
+* ``jobs``: the job table, built once per plan: what each of the core's job ids stands for;
+* ``context``: the run's lifecycle and the phase and cancellation protocol (``open_run``);
+* ``eager``: where a phase's task starts (eagerly where the loop allows);
+* ``attempts``: the attempt table (live attempts per job, retry waits, the event queue);
+* ``calls``: commands carried out as calls, tasks, inline awaits and timers;
 * ``outcomes``: how each attempt ended, reported to the core;
-* ``attempts``: commands carried out as calls, tasks and timers (``Attempt``);
+* ``verdicts``: what an attempt's ending means, and the notes it is written with (pure);
 * ``record``: the primary/secondary failure record (pure);
-* ``reporter``: logs and observers, behind one object;
-* ``state``: what one run holds.
+* ``reporter``: logs and observers, behind one object.
 """
 
 from .context import INSTANT_RETRIES, JITTER_SEED, RunContext, open_run
-from .runtime import TIMEOUT_MESSAGE, NodeRuntime, ReleaseRuntime, carrier_of, is_retryable
+from .jobs import JobTable
+from .runtime import TIMEOUT_MESSAGE, NodeRuntime, ReleaseRuntime, carrier_of
+from .verdicts import is_retryable
 
 __all__ = [
     "INSTANT_RETRIES",
     "JITTER_SEED",
+    "JobTable",
     "NodeRuntime",
     "ReleaseRuntime",
     "RunContext",

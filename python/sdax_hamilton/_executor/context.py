@@ -1,31 +1,40 @@
 """The run context: the phase and cancellation protocol of one run (``open_run``).
 
-``__aenter__`` runs the forward phase, ``__aexit__`` the cleanup; each phase's coordinator
-runs in a task of its own while the caller's task waits for it, shielded, so the caller's
-cancellations never land in a node or a release. docs/internals.md ("How the driver carries
-out STARTs") describes the protocol and why it has this shape.
+``__aenter__`` runs the forward phase, ``__aexit__`` the cleanup; ``execute()`` runs both in
+one task. Each phase's coordinator runs in a task of its own (``eager.phase_task``) while the
+caller's task waits for it, so the caller's cancellations never land in a node or a
+release. The run's lifecycle is one ``Stage``; the driver's parts (``Calls``, ``Outcomes``)
+are made when the run first needs them. docs/internals.md ("How the driver carries out
+STARTs") describes the protocol and why it has this shape.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
-import threading
+import enum
 import types
 from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
 from typing import Any, Final, NoReturn
 
 from .. import _core
+from .._declarations import Acquisition
 from .._observe import observers_of
-from .attempts import Attempt, AttemptState
-from .outcomes import OutcomeHandling
+from .attempts import Attempt, AttemptState, EventKind
+from .calls import Calls
+from .eager import current_task, phase_task
+from .jobs import JobTable
+from .outcomes import Outcomes
+from .record import FailureRecord
 from .reporter import Reporter
 from .runtime import NodeRuntime
 
 _CancelledError: Final = asyncio.CancelledError
-_CoroutineType: Final = types.CoroutineType
 _CALLED: Final = AttemptState.CALLED
+_TIMED_OUT: Final = AttemptState.TIMED_OUT
+_CANCELLED: Final = AttemptState.CANCELLED
+_CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
+_CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
 _running_loop: Final = asyncio.get_running_loop
 _wants_attempts: Final = Reporter.wants_attempts
 
@@ -34,80 +43,39 @@ JITTER_SEED: ContextVar[int | None] = ContextVar("sdax_hamilton_jitter_seed", de
 INSTANT_RETRIES: ContextVar[bool] = ContextVar("sdax_hamilton_instant_retries", default=False)
 """Set by ``sdax_hamilton.testing.instant_retries``: retry waits of runs opened meanwhile are 0."""
 
-PHASE_TASK_NAME: Final = "sdax_hamilton run"
-"""The name of a run's phase tasks (a name given costs less than ``Task-N`` on 3.11)."""
+
+class Stage(enum.IntEnum):
+    """Where a run stands; it only moves forward (the order is the lifecycle's)."""
+
+    NEW = 0
+    """Not entered yet."""
+    STARTING = 1
+    """The forward phase's task exists; its coordinator has not begun."""
+    FORWARD = 2
+    """The forward phase runs."""
+    ABORTING = 3
+    """The forward phase is being aborted at the caller's request (one cancellation passed
+    on to its task, unless it had not begun)."""
+    BETWEEN = 4
+    """The forward phase is over (``open()``: the body runs)."""
+    CLOSING = 5
+    """The shutdown phase: the caller's cancellations are cleanup's (recorded, absorbed)."""
+    DONE = 6
+    """Every phase is over."""
 
 
-if sys.version_info >= (3, 12):
-    _task_of: Final = asyncio.current_task  # implemented in C from 3.12
-
-    def _phase_task(
-        loop: asyncio.AbstractEventLoop, coordinator: Coroutine[Any, Any, None]
-    ) -> asyncio.Task[None]:
-        """The phase's task, started eagerly where the loop keeps asyncio's default task
-        factory: a phase that never suspends (small graphs with quick nodes) is over before
-        this returns, without a loop iteration; the caller then handles it as under an eager
-        task factory (``RunContext._phase``, tests/test_driver_loops.py)."""
-        if loop.get_task_factory() is None:
-            return asyncio.Task(coordinator, loop=loop, eager_start=True, name=PHASE_TASK_NAME)
-        return loop.create_task(coordinator, name=PHASE_TASK_NAME)
-
-else:
-    # ``asyncio.current_task`` is Python code on 3.11; the table it reads is C's.
-    _task_of: Final = asyncio.tasks._current_tasks.get  # type: ignore[attr-defined]
-    _enter_task: Final = asyncio.tasks._enter_task
-    _leave_task: Final = asyncio.tasks._leave_task
-
-    # Stands in for the loop's ``call_soon`` while a phase task is created: keeps the
-    # task's first step instead of queueing it. One per thread: loops in other threads
-    # may be creating their tasks meanwhile (the constructor runs Python code); in one
-    # thread, a catcher is emptied before the step runs (a run inside the step uses it).
-    _catchers: Final = threading.local()
-
-    def _phase_task(
-        loop: asyncio.AbstractEventLoop, coordinator: Coroutine[Any, Any, None]
-    ) -> asyncio.Task[None]:
-        """The phase's task, started eagerly as on Python 3.12 (above), where the loop keeps
-        asyncio's default task factory and has an instance dictionary (asyncio's loops and
-        uvloop's do).
-
-        ``asyncio.Task`` hands its first step to ``loop.call_soon``; an instance attribute
-        shadowing that method for the duration of the constructor catches it, and the step
-        runs now, in the task's context, with the task as the loop's current task (the
-        caller's task is set aside meanwhile), which is what 3.12's ``eager_start`` does. A
-        phase that never suspends is then over without a loop iteration; one that
-        suspends goes on as any task. Nothing else runs while the stand-in is in place
-        (tests/test_driver_loops.py: an eager phase, a replaced ``call_soon`` kept).
-        """
-        attrs = getattr(loop, "__dict__", None)
-        if attrs is None or "call_soon" in attrs or loop.get_task_factory() is not None:
-            return loop.create_task(coordinator, name=PHASE_TASK_NAME)
-        catcher = getattr(_catchers, "catcher", None)
-        if catcher is None:
-            catcher = _catchers.catcher = _core.StepCatcher()
-        attrs["call_soon"] = catcher
-        try:
-            task = asyncio.Task(coordinator, loop=loop, name=PHASE_TASK_NAME)
-        finally:
-            del attrs["call_soon"]
-        caught = catcher.take()
-        if caught is None:  # pragma: no cover - the task queued its step some other way
-            return task
-        step, context = caught
-        caller = _task_of(loop)
-        if caller is not None:
-            _leave_task(loop, caller)
-        try:
-            context.run(step)
-        finally:
-            if caller is not None:
-                _enter_task(loop, caller)
-        return task
+_NEW: Final = Stage.NEW
+_STARTING: Final = Stage.STARTING
+_FORWARD: Final = Stage.FORWARD
+_ABORTING: Final = Stage.ABORTING
+_BETWEEN: Final = Stage.BETWEEN
+_CLOSING: Final = Stage.CLOSING
+_DONE: Final = Stage.DONE
 
 
 def open_run(
     plan: _core.Plan,
-    nodes: Sequence[NodeRuntime],
+    jobs: JobTable | Sequence[NodeRuntime],
     values: dict[str, Any],
     outputs: Sequence[str],
     seed: int | None = None,
@@ -118,37 +86,148 @@ def open_run(
     """One execution of ``plan`` as an async context manager (docs/api.md, "execute and
     open").
 
-    ``values`` is the run's fresh value table; node outputs are stored into it. The body
-    receives a fresh ``{name: values[name] for name in outputs}``. ``observer``: ``None``, a
-    callable taking one ``RunEvent``, or a sequence of them (``TypeError`` otherwise).
+    ``jobs``: the plan's ``JobTable`` (or its nodes' runtimes, made into one, with
+    ``carrier``). ``values`` is the run's fresh value table; node outputs are stored into
+    it. The body receives a fresh ``{name: values[name] for name in outputs}``.
+    ``observer``: ``None``, a callable taking one ``RunEvent``, or a sequence of them.
 
     The test-mode context variables are read here, when the run is opened: a
     ``JITTER_SEED`` replaces ``seed``; ``INSTANT_RETRIES`` makes every retry wait 0 (the
     core's ``Run`` option). ``timeout`` is the forward phase's budget in seconds (already
-    checked, ``None`` for none), measured from entering the context. ``carrier`` (the
-    plan's, from ``carrier_of(nodes)``) lets the core's ``Run`` carry out lone STARTs
-    itself (docs/internals.md, "How the driver carries out STARTs").
+    checked, ``None`` for none), measured from entering the context.
     """
+    if not isinstance(jobs, JobTable):
+        jobs = JobTable(jobs, carrier)
     observers = None if observer is None else observers_of(observer)
     test_seed = JITTER_SEED.get()
     if test_seed is not None:
         seed = test_seed
-    return RunContext(
-        plan, nodes, values, outputs, seed, observers, INSTANT_RETRIES.get(), timeout, carrier
-    )
+    return RunContext(plan, jobs, values, outputs, seed, observers, INSTANT_RETRIES.get(), timeout)
 
 
-class RunContext(OutcomeHandling):
+class RunContext:
     """One run; the async context manager returned by :func:`open_run`."""
 
-    __slots__ = ()
+    __slots__ = (
+        "_acquisitions",
+        "_budget",
+        "_calls",
+        "_carrier",
+        "_clipped",
+        "_deadline",
+        "_instant",
+        "_internal",
+        "_jobs",
+        "_loop",
+        "_observers",
+        "_outcomes",
+        "_outputs",
+        "_phase_done",
+        "_phase_task",
+        "_plan",
+        "_record",
+        "_reporter",
+        "_run",
+        "_seed",
+        "_stage",
+        "_values",
+        "_watch",
+    )
+
+    _run: _core.Run  # set when the run is entered, with the two below
+    _loop: asyncio.AbstractEventLoop
+    _watch: bool  # someone wants to hear about every attempt (``Reporter.wants_attempts``)
+
+    def __init__(
+        self,
+        plan: _core.Plan,
+        jobs: JobTable,
+        values: dict[str, Any],
+        outputs: Sequence[str],
+        seed: int | None,
+        observers: Any,
+        instant: bool,
+        budget: float | None = None,
+    ) -> None:
+        self._plan = plan
+        self._jobs = jobs
+        self._values = values
+        self._outputs = outputs
+        self._seed = seed
+        self._observers = observers
+        self._instant = instant
+        self._stage = _NEW
+        # The run's timeout (docs/lifecycle.md, "Deadlines and server-directed waits"): its
+        # budget in seconds, the loop time it ends the forward phase (set when the run is
+        # entered), and per forward job the attempt (0-based) whose START was clipped.
+        self._budget = budget
+        self._deadline: float | None = None
+        self._clipped: list[int] | None = None
+        # How the core's Run carries out lone STARTs itself (src/carry.rs); ``None`` when
+        # the driver carries out each (anyone watching attempts, or a run timeout).
+        self._carrier = jobs.carrier
+        # Made on first use: a run that neither fails nor is watched needs none of them.
+        self._record: FailureRecord | None = None
+        self._reporter: Reporter | None = None
+        self._calls: Calls | None = None
+        self._outcomes: Outcomes | None = None
+        self._phase_task: asyncio.Task[None] | None = None
+        self._phase_done: asyncio.Future[None] | None = None  # the caller's wait for it
+        self._internal: BaseException | None = None  # an internal failure of a coordinator
+
+    # ----------------------------------------------------------------- parts
+
+    def _failures(self) -> FailureRecord:
+        """The run's failure record (``_record is None`` while nothing failed)."""
+        record = self._record
+        if record is None:
+            record = self._record = FailureRecord()
+        return record
+
+    def _report(self) -> Reporter:
+        """The run's reporter: logs and observers."""
+        reporter = self._reporter
+        if reporter is None:
+            observers = self._observers
+            reporter = self._reporter = Reporter(
+                self._jobs, observers, self._loop, None if observers is None else self._terminated
+            )
+        return reporter
+
+    def _parts(self) -> Calls:
+        """The driver's parts (``_calls``, ``_outcomes``), made when the run first carries
+        out a command itself or hears of an event; returns ``_calls``."""
+        calls = self._calls
+        if calls is None:
+            reporter, record = self._report(), self._failures()
+            run, loop, values, acquisitions = (
+                self._run,
+                self._loop,
+                self._values,
+                self._acquisitions,
+            )
+            calls = self._calls = Calls(
+                self._jobs, run, loop, values, acquisitions, self._clipped, self._watch,
+                reporter, record,
+            )  # fmt: skip
+            self._outcomes = Outcomes(
+                calls, run, loop, values, acquisitions, self._deadline is not None,
+                self._watch, reporter, record,
+            )  # fmt: skip
+        return calls
+
+    def _terminated(self, exc: BaseException) -> None:
+        """An observer raised ``KeyboardInterrupt``/``SystemExit``: stop like a node would."""
+        self._failures().terminate(exc)
+        self._parts().table.post((EventKind.ABORT, None, None))
 
     # ----------------------------------------------------------------- context protocol
 
     async def __aenter__(self) -> dict[str, Any]:
         self._enter()
-        await self._phase(self._coordinate(None), False)
-        if self._record is None:
+        await self._phase(self._coordinate(None, False), _BETWEEN)
+        record = self._record
+        if record is None or record.clean:
             values = self._values
             return {name: values[name] for name in self._outputs}
         await self._cleanup()
@@ -157,8 +236,7 @@ class RunContext(OutcomeHandling):
     async def execute(self) -> dict[str, Any]:
         """The run without a body (``PreparedPlan.execute``): the forward task goes on with
         the shutdown phase as soon as the forward phase is over, so both phases cost one
-        task and one wait. The caller's cancellations are taken as during the phase the
-        task is in (docs/internals.md, "How the driver carries out STARTs")."""
+        task and one wait."""
         results = self.execute_at_once()
         if results is None:
             results = await self.execute_rest()
@@ -167,23 +245,22 @@ class RunContext(OutcomeHandling):
     def execute_at_once(self) -> dict[str, Any] | None:
         """:meth:`execute` as far as it goes without waiting: its results when the run was
         over within its task's first step and the caller has no cancellation pending,
-        ``None`` when the caller must ``await execute_rest()``. A run whose nodes never
-        suspend then costs its caller no coroutine of its own (``PreparedPlan.execute``)."""
-        self._through = True
+        ``None`` when the caller must ``await execute_rest()``."""
         self._enter()
-        if not self._start_phase(self._coordinate(None)):
+        if not self._start_phase(self._coordinate(None, True), _DONE):
             return None
         return self._executed()
 
     async def execute_rest(self) -> dict[str, Any]:
         """The rest of :meth:`execute` after :meth:`execute_at_once` returned ``None``."""
-        await self._wait_phase(False)
+        await self._wait_phase(_DONE)
         return self._executed()
 
     def _executed(self) -> dict[str, Any]:
         """Both phases are over: the results, or the run's failure raised."""
         self._phase_ended()
-        if self._record is not None:
+        record = self._record
+        if record is not None and not record.clean:
             self._fail_run()
         outputs = self._outputs
         # dict/zip/map: no comprehension frame on the hot path
@@ -199,27 +276,28 @@ class RunContext(OutcomeHandling):
             del outcome  # the traceback holds this frame: no cycle through it
 
     def _enter(self) -> None:
-        """Open the run: the core's ``Run``, the loop, the per-job tables."""
-        if self._entered:
+        """Open the run: the core's ``Run``, the loop, the acquisition table."""
+        if self._stage is not _NEW:
             raise RuntimeError("a run context can be entered only once")
-        self._entered = True
-        n = self._n
+        self._stage = _STARTING
+        jobs = self._jobs
+        n = jobs.forward_count
         if len(self._plan) != n:
             raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
         if self._instant:
             self._run = _core.Run(self._plan, self._seed, instant_retries=True)
-        else:  # a keyword argument costs a run ~0.15 µs in the bindings
+        else:
             self._run = _core.Run(self._plan, self._seed)
         loop = self._loop = _running_loop()
-        if _task_of(loop) is None:
+        if current_task(loop) is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
         budget = self._budget
         if budget is not None:
-            # The core decides from the deadline; we tell it the time before each event.
+            # The core decides from the deadline; it is told the time before each event.
             deadline = self._deadline = loop.time() + budget
             self._run.set_deadline(deadline)
             self._clipped = [-1] * n
-        self._acquisitions = [None] * n
+        self._acquisitions: list[Acquisition[Any] | None] = [None] * n
         observers = self._observers
         watch = self._watch = _wants_attempts(observers)
         if watch or budget is not None:
@@ -228,6 +306,7 @@ class RunContext(OutcomeHandling):
         if observers is not None or budget is not None:
             self._report().run_started(self._plan.nodes, self._deadline)
             if self._record is not None:  # the observer raised KeyboardInterrupt/SystemExit
+                self._stage = _DONE
                 self._fail_run()  # nothing ran: nothing to clean up
 
     async def __aexit__(
@@ -284,9 +363,10 @@ class RunContext(OutcomeHandling):
             self._reporter.close()
 
     def _dispose(self) -> None:
-        self._record = None
-        if self._tables:
-            self._events.clear()
+        if self._record is not None:
+            self._record.clear()  # the parts share it
+        if self._calls is not None:
+            self._calls.table.events.clear()
         self._internal = None
 
     def _outcome_or_internal(self) -> BaseException:
@@ -300,62 +380,58 @@ class RunContext(OutcomeHandling):
     async def _cleanup(self) -> None:
         if self._observers is not None:
             self._report().shutdown_started()
+        self._stage = _CLOSING
         commands = self._run.begin_shutdown()
         if commands or not self._run.finished:  # a release is owed: run them in a task
-            await self._phase(self._coordinate(commands), True)
+            await self._phase(self._coordinate(commands, True), _DONE)
+        self._stage = _DONE
 
-    async def _phase(self, coordinator: Coroutine[Any, Any, None], shutdown: bool) -> None:
-        """Run a phase's coordinator in a task of its own; wait for it, shielded.
-
-        The caller's cancellations land on our wait, never in the phase: they are recorded,
-        and in the forward phase the first one aborts it (passed on once).
-        """
-        if not self._start_phase(coordinator):
-            await self._wait_phase(shutdown)
+    async def _phase(self, coordinator: Coroutine[Any, Any, None], until: Stage) -> None:
+        """Run a phase's coordinator in a task of its own and wait until the run reaches
+        ``until``. The caller's cancellations land on our wait, never in the phase: they
+        are recorded, and in the forward phase the first one aborts it (passed on once)."""
+        if not self._start_phase(coordinator, until):
+            await self._wait_phase(until)
         self._phase_ended()
 
-    def _start_phase(self, coordinator: Coroutine[Any, Any, None]) -> bool:
-        """Start the phase's task (eagerly where the loop allows: ``_phase_task``).
+    def _start_phase(self, coordinator: Coroutine[Any, Any, None], until: Stage) -> bool:
+        """Start the phase's task (eagerly where the loop allows: ``eager.phase_task``).
 
-        True when the phase is already over and the caller has no cancellation pending: the
-        caller then need not wait (``_wait_phase``) at all, which is how a phase whose
-        nodes never suspend costs no wait and no loop iteration.
+        True when the run is already at ``until`` and the caller has no cancellation
+        pending: the caller then need not wait at all, which is how a phase whose nodes
+        never suspend costs no wait and no loop iteration.
         """
         loop = self._loop
-        self._phase_over = False
         self._phase_done = None
-        self._began = False
-        self._phase_task = _phase_task(loop, coordinator)  # copies the caller's context
-        if not self._phase_over:
+        self._phase_task = phase_task(loop, coordinator)  # copies the caller's context
+        if self._stage < until:
             return False
-        caller = _task_of(loop)
+        caller = current_task(loop)
         return caller is None or not caller.cancelling()
 
-    async def _wait_phase(self, shutdown: bool) -> None:
-        """Wait for the phase's task, shielded (``_phase``)."""
+    async def _wait_phase(self, until: Stage) -> None:
+        """Wait for the phase's task until the run reaches ``until`` (``_phase``)."""
         loop = self._loop
         task = self._phase_task
         assert task is not None
         try:
-            if self._phase_over:
+            if self._stage >= until:
                 # An eager start ran the whole phase while the caller had a cancellation
                 # pending: the caller never waited, so it was not delivered. Take it now,
                 # as a wait would have, so it stays the caller's primary.
-                await self._take_pending_cancellation(shutdown or self._shutting)
-            while not self._phase_over:
+                await self._take_pending_cancellation()
+            while self._stage < until:
                 done = self._phase_done = loop.create_future()
                 try:
                     await done
                 except _CancelledError as exc:
-                    # ``_shutting``: an execute()'s forward task has gone on with the cleanup.
-                    self._caller_cancelled(exc, shutdown or self._shutting)
-                    if task.done() and not self._phase_over:
-                        self._never_ran(shutdown)
+                    self._caller_cancelled(exc)
+                    if task.done() and self._stage < until:
+                        self._never_ran(until)
         except BaseException:
             # Not a cancellation: a KeyboardInterrupt raised into this task by a signal
             # handler, say. Nobody waits for the forward phase any more: abort it.
-            if not (shutdown or self._shutting):
-                self._request_abort()
+            self._request_abort()
             raise
 
     def _phase_ended(self) -> None:
@@ -372,43 +448,45 @@ class RunContext(OutcomeHandling):
             finally:
                 del internal
 
-    async def _take_pending_cancellation(self, shutdown: bool) -> None:
+    async def _take_pending_cancellation(self) -> None:
         """Yield once: the caller may have a cancellation pending (``cancelling()`` counts
         requests not yet taken back); it is delivered here, and recorded."""
         try:
             await asyncio.sleep(0)
         except _CancelledError as exc:
-            self._caller_cancelled(exc, shutdown)
+            self._caller_cancelled(exc)
 
-    def _phase_over_now(self) -> None:
-        """The phase's coordinator has finished: wake the caller."""
-        self._phase_over = True
+    def _phase_over(self, stage: Stage) -> None:
+        """The phase's coordinator has finished: the run is at ``stage``; wake the caller."""
+        self._stage = stage
         done = self._phase_done
         if done is not None and not done.done():
             done.set_result(None)
 
-    def _never_ran(self, shutdown: bool) -> None:
+    def _never_ran(self, until: Stage) -> None:
         """The phase's task was cancelled before its first step, by someone else (we never
         do): nothing of the phase ran. Seen when the caller is cancelled too (a loop being
         torn down cancels every task); a task is not watched for this otherwise, which
         would cost every run a callback."""
-        if shutdown:
+        if until is _DONE and self._stage >= _CLOSING:
             self._internal = RuntimeError(
                 "sdax_hamilton internal error: the shutdown task was cancelled before it began"
             )
         else:
             self._failures().caller_cancelled(_CancelledError(), False)
-        self._phase_over_now()
+        self._phase_over(until)
 
-    async def _coordinate(self, commands: list[_core.Command] | None) -> None:
+    async def _coordinate(self, commands: list[_core.Command] | None, through: bool) -> None:
         """A phase's task: the forward phase (``commands`` is ``None``), followed by the
-        shutdown phase for ``execute()``; or the shutdown phase alone, from the core's
-        first shutdown ``commands``. Carries out commands until the phase is quiescent."""
-        self._began = True
+        shutdown phase when ``through`` (``execute()``); or the shutdown phase alone, from
+        the core's first shutdown ``commands``. Carries out commands until the phase is
+        quiescent."""
+        forward_only = commands is None and not through
+        if self._stage is _STARTING:
+            self._stage = _FORWARD
         loop = self._loop
-        task = _task_of(loop)
+        task = current_task(loop)
         assert task is not None
-        self._task = task  # the phase's task: inline attempts and their timeouts use it
         carrier = self._carrier
         run = self._run
         # With a carrier, the core's Run carries out lone STARTs in this task.
@@ -417,47 +495,46 @@ class RunContext(OutcomeHandling):
             carrying = (carrier, self._values, self._acquisitions, task, loop.time)
         try:
             if commands is None:
-                if self._begin_forward(carrying):
-                    await self._drive(False)
-                if not self._through:
+                if self._begin_forward(carrying, task):
+                    await self._drive(task)
+                if not through:
                     return
                 if self._observers is not None:
                     self._report().shutdown_started()
+                self._stage = _CLOSING  # from here on the caller's cancellations are cleanup's
                 commands = run.begin_shutdown_or_finish()
                 if commands is None:  # the run is over; the Run has let the carrier go
                     carrying = None
                     return
             elif carrying is not None:
                 run.carry_with(carrying)
-            self._shutting = True  # from here on the caller's cancellations are cleanup's
-            self._execute(commands)
+            calls = self._parts()
+            calls.task = task  # inline attempts and their timeouts use it
+            calls.execute(commands)
             # A failure the core's Run handed back in them has a traceback whose frames
             # link back to this one: keep no reference to it here (no cycle).
             commands = None
-            await self._drive(True)
+            await self._drive(task)
         except BaseException as exc:  # nothing escapes a task into the loop
             self._abandon(exc)
             self._internal = exc
         finally:
             # The phase's task ends: its inline timer goes, no inline attempt is left to use
             # the task, and the caller is woken.
-            timer = self._inline_timer if self._tables else None
-            if timer is not None:
-                self._inline_timer = None
-                timer.cancel()
+            if self._calls is not None:
+                self._calls.stop_inline_timer()
             if carrying is not None:
                 carrying = None
                 run.carry_with(None)  # the Run refers to this task no more
-            del self._task
-            self._phase_over_now()
+            self._phase_over(_BETWEEN if forward_only else _DONE)
 
-    def _begin_forward(self, carrying: Any) -> bool:
+    def _begin_forward(self, carrying: Any, task: asyncio.Task[Any]) -> bool:
         """Start the forward phase, carried out with ``carrying`` (``Run.carry_with``'s
         argument) if not ``None``; whether it is still to be driven (``_drive``): not when
         the core's Run carried out all of it, nor when the caller was cancelled before it
         began (the request is then all there is)."""
         run = self._run
-        if self._abort_requested:
+        if self._stage is _ABORTING:
             if carrying is not None:
                 run.carry_with(carrying)  # for the shutdown phase that follows
             return False
@@ -465,82 +542,127 @@ class RunContext(OutcomeHandling):
             run.clock(self._loop.time())
         commands = run.start() if carrying is None else run.start_carried(carrying)
         if commands:  # not all carried out by the core's Run
-            self._execute(commands)
+            calls = self._parts()
+            calls.task = task
+            calls.execute(commands)
             return True
-        return self._tables or bool(run.pending)
+        return self._calls is not None or bool(run.pending)
 
-    async def _drive(self, shutdown: bool) -> None:
+    async def _drive(self, task: asyncio.Task[Any]) -> None:
         """Process events and carry out commands until the phase is quiescent."""
-        if not self._tables:
-            self._make_tables()
-        events = self._events
-        fresh = self._fresh
+        calls = self._parts()
+        outcomes = self._outcomes
+        assert outcomes is not None  # made with ``calls``
+        calls.task = task
+        table = calls.table
+        events = table.events
+        fresh = table.fresh
+        handle = outcomes.handle
         run = self._run
-        handle = self._handle if self._deadline is None else self._handle_timed
         while True:
             while events:
                 handle(events.popleft())
             if fresh:
+                shutdown = self._stage >= _CLOSING
                 if (
                     len(fresh) == 1
-                    and self._live == 0
+                    and table.live == 0
                     and fresh[0].state is _CALLED  # not cancelled since the call
-                    and (self._sleeping == 0 if shutdown else run.pending == 1)
+                    and (table.sleeping == 0 if shutdown else run.pending == 1)
                 ):
-                    await self._inline(fresh.pop())
+                    attempt = fresh.pop()
+                    raised, payload = await calls.inline(attempt)
+                    try:
+                        self._inline_over(attempt, raised, payload, task, outcomes)
+                    finally:
+                        # An exception's traceback holds this frame: no cycle through it.
+                        payload = None
                 else:
-                    self._launch()
+                    calls.launch()
                 continue
-            if self._live == 0 and (run.finished if shutdown else run.pending == 0):
+            if table.live == 0 and (run.finished if self._stage >= _CLOSING else not run.pending):
                 return
-            waiter = self._waiter = self._loop.create_future()
+            waiter = table.waiter = self._loop.create_future()
             try:
                 await waiter
             except _CancelledError as exc:
-                self._waiter = None
-                if shutdown:  # not the caller's (never passed on): someone cancelled our task
+                table.waiter = None
+                if self._stage >= _CLOSING:
+                    # Not the caller's (never passed on): someone cancelled our task.
                     self._failures().caller_cancelled(exc, True)
                     continue
-                if not self._abort_requested:  # not passed on by us: taken as the caller's
-                    self._abort_requested = True
+                if self._stage is not _ABORTING:  # not passed on by us: the caller's
+                    self._stage = _ABORTING
                     self._failures().caller_cancelled(exc, False)
-                self._execute(run.cancel())
+                calls.execute(run.cancel())
+
+    def _inline_over(
+        self,
+        attempt: Attempt,
+        raised: bool,
+        payload: Any,
+        task: asyncio.Task[Any],
+        outcomes: Outcomes,
+    ) -> None:
+        """An attempt awaited inline has ended: tell which cancellations reached it, then
+        report its outcome (nothing else is running, so no event was queued meanwhile).
+
+        Only our timeout (taken back with ``uncancel()``) and the caller's cancellation,
+        passed on once, cancel the phase's task: a rise of its ``cancelling()`` count over
+        ``attempt.baseline`` is the caller's while the forward phase is aborted, and
+        otherwise someone else's (the attempt cancelling its own task).
+        """
+        timed_out = attempt.state is _TIMED_OUT
+        stage = self._stage
+        if stage >= _CLOSING:
+            if not timed_out and task.cancelling() > attempt.baseline:
+                # Someone cancelled the shutdown task (never the caller: its cancellations
+                # land on its own wait): recorded as a cancellation during cleanup.
+                self._failures().caller_cancelled(_CancelledError(), True)
+        elif stage is _ABORTING:
+            # The caller cancelled meanwhile (its own CancelledError is the primary already).
+            # The cancellation we passed on reached this attempt, unless it was held back
+            # because the attempt was draining its timeout. Marked before the core's CANCEL.
+            if timed_out:
+                attempt.state = _CANCELLED_TIMED_OUT
+            elif task.cancelling() > attempt.baseline:
+                attempt.state = _CANCELLED
+            else:
+                attempt.state = _CANCEL_MISSED
+            self._parts().execute(self._run.cancel())
+        if self._deadline is not None:
+            self._run.clock(self._loop.time())
+        if raised:
+            outcomes.raised(attempt, payload)
+        else:
+            outcomes.returned(attempt, payload)
 
     def _abandon(self, exc: BaseException) -> None:
         """Internal failure of the coordinator: stop everything we started (best effort)."""
         self._report().run_finished(exc)
-        if not self._tables:
-            return  # the driver carried out nothing
-        attempt: Attempt | None
-        for attempt in self._running:
-            if attempt is not None:
-                if attempt.timer is not None:
-                    attempt.timer.cancel()
-                if attempt.task is not None:
-                    attempt.task.cancel()
-                elif attempt.state == _CALLED and type(attempt.aw) is _CoroutineType:
-                    attempt.aw.close()
-        for handle in self._sleeps:
-            if handle is not None:
-                handle.cancel()
+        if self._calls is not None:
+            self._calls.abandon()
 
     # ----------------------------------------------------------------- cancellation
 
-    def _caller_cancelled(self, exc: BaseException, shutdown: bool) -> None:
+    def _caller_cancelled(self, exc: BaseException) -> None:
         """The caller's task was cancelled while waiting for a phase."""
+        shutdown = self._stage >= _CLOSING
         self._failures().caller_cancelled(exc, shutdown)
         if not shutdown:  # cleanup is never abandoned
             self._request_abort()
 
     def _request_abort(self) -> None:
         """Abort the forward phase, once: pass one cancellation on to the forward task."""
-        if self._abort_requested:
-            return
-        self._abort_requested = True
+        stage = self._stage
+        if stage is not _STARTING and stage is not _FORWARD:
+            return  # aborted already, or the forward phase is over
+        self._stage = _ABORTING
         task = self._phase_task
-        if not self._began or task is None or task.done():
+        if stage is _STARTING or task is None or task.done():
             return  # not begun: the coordinator sees the request and starts nothing
-        attempt = self._inline_attempt if self._tables else None
+        calls = self._calls
+        attempt = calls.inline_attempt if calls is not None else None
         if attempt is not None and attempt.timed_out:
             return  # already cancelled once, by its timeout: aborted once it has drained
         task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline

@@ -1,9 +1,10 @@
-"""Outcome handling: how each attempt ended, reported to the core and to the reporter.
+"""Outcomes: how each attempt ended, reported to the core, the reporter and the record.
 
-Every event the coordinator dequeues ends here: a value is checked and stored, an exception
-is classified (retryable or not, a timeout, the drain of the run's abort, or a failure of
-its own), the core is told and its commands are carried out. What the core decides about a
-failure (retry after a delay, or final) is what the reporter and the failure record hear.
+Every event the coordinator dequeues ends here, and so does the outcome of an attempt it
+awaited inline: a value is checked and stored; an exception is judged (``verdicts.py``),
+the core is told and the commands it answers with are carried out (``Calls``). What the
+core decides about a failure (retry after a delay, or final) is what the reporter and the
+failure record hear.
 """
 
 from __future__ import annotations
@@ -16,16 +17,31 @@ from .. import _core
 from .._declarations import Acquisition
 from .._failures import add_note_once, attach_failures
 from .._types import invalid_output
-from .attempts import Attempt, AttemptMechanics, AttemptState
-from .reporter import plural
-from .runtime import NodeRuntime, is_retryable
-from .state import BAD_INPUT, ELAPSED, RAISED, RETURNED, UNSTARTED, Event
+from .attempts import Attempt, AttemptState, Event, EventKind
+from .calls import Calls
+from .jobs import Job
+from .record import FailureRecord
+from .reporter import Reporter
+from .verdicts import (
+    Verdict,
+    expired_note,
+    failure_of,
+    final_note,
+    is_retryable,
+    judge_raised,
+    why_notes,
+)
 
-_CancelledError: Final = asyncio.CancelledError
 _CoroutineType: Final = types.CoroutineType
 _RUNNING: Final = AttemptState.RUNNING
 _CANCELLED: Final = AttemptState.CANCELLED
-_CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
+_RETURNED: Final = EventKind.RETURNED
+_RAISED: Final = EventKind.RAISED
+_ELAPSED: Final = EventKind.ELAPSED
+_UNSTARTED: Final = EventKind.UNSTARTED
+_BAD_INPUT: Final = EventKind.BAD_INPUT
+_EXPIRED: Final = EventKind.EXPIRED
+_FAILED: Final = Verdict.FAILED
 _HINT: Final = _core.HINT
 _NO_ROOM: Final = _core.NO_ROOM
 _BAD_HINT: Final = _core.BAD_HINT
@@ -33,149 +49,159 @@ _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
 _UNUSABLE_WAIT: Final = "an unusable wait (negative, NaN, or infinite without max_delay)"
 
 
-class OutcomeHandling(AttemptMechanics):
-    """Events in, core events and commands out."""
+class Outcomes:
+    """Events in; the core told, its commands carried out (made with the run's ``Calls``)."""
 
-    __slots__ = ()
+    __slots__ = (
+        "_acquisitions",
+        "_calls",
+        "_execute",
+        "_loop",
+        "_record",
+        "_reporter",
+        "_run",
+        "_table",
+        "_timed",
+        "_values",
+        "_watch",
+    )
 
-    def _handle(self, event: Event) -> None:
+    def __init__(
+        self,
+        calls: Calls,
+        run: _core.Run,
+        loop: asyncio.AbstractEventLoop,
+        values: dict[str, Any],
+        acquisitions: list[Acquisition[Any] | None],
+        timed: bool,
+        watch: bool,
+        reporter: Reporter,
+        record: FailureRecord,
+    ) -> None:
+        self._calls = calls
+        self._execute = calls.execute
+        self._table = calls.table
+        self._run = run
+        self._loop = loop
+        self._values = values
+        self._acquisitions = acquisitions
+        self._timed = timed  # the run has a deadline: the core is told the time first
+        self._watch = watch
+        self._reporter = reporter
+        self._record = record
+
+    def handle(self, event: Event) -> None:
         kind, subject, payload = event
-        if kind == RETURNED:
-            self._returned(subject, payload)
-        elif kind == RAISED:
-            self._raised(subject, payload)
-        elif kind == ELAPSED:
-            if self._sleeps[subject] is not None:
-                self._sleeps[subject] = None
-                self._sleeping -= 1
+        if self._timed:
+            self._run.clock(self._loop.time())
+        if kind is _RETURNED:
+            self.returned(subject, payload)
+        elif kind is _RAISED:
+            self.raised(subject, payload)
+        elif kind is _ELAPSED:
+            table = self._table
+            if table.sleeps[subject] is not None:
+                table.sleeps[subject] = None
+                table.sleeping -= 1
             self._execute(self._run.elapsed(subject))
-        elif kind == UNSTARTED:
+        elif kind is _UNSTARTED:
             self._unstarted(subject)
-        elif kind == BAD_INPUT:
+        elif kind is _BAD_INPUT:
             self._bad_input(subject, payload)
+        elif kind is _EXPIRED:
+            self._expired(subject, payload)
         else:  # ABORT: an observer raised KeyboardInterrupt/SystemExit (already primary)
             self._execute(self._run.cancel())
 
-    def _handle_timed(self, event: Event) -> None:
-        """``_handle`` for a run with a deadline: the core is told the time first."""
-        self._run.clock(self._loop.time())
-        self._handle(event)
-
-    def _end(self, attempt: Attempt) -> None:
-        self._running[attempt.job] = None
-        timer = attempt.timer
-        if timer is not None:
-            attempt.timer = None
-            timer.cancel()
-
-    def _returned(self, attempt: Attempt, value: Any) -> None:
+    def returned(self, attempt: Attempt, value: Any) -> None:
         job = attempt.job
-        self._running[job] = None  # ``_end``, inlined: every node of a run passes here
-        timer = attempt.timer
-        if timer is not None:
-            attempt.timer = None
-            timer.cancel()
-        n = self._n
+        running = self._table.running
+        if running[job.id] is attempt and attempt.timer is None:
+            running[job.id] = attempt.next  # ``AttemptTable.end``, for the common case
+        else:
+            self._table.end(attempt)
         run = self._run
-        if job < n:
-            node = self._nodes[job]
+        if job.forward:
+            node = job.node
             if node.release is not None:
-                self._acquisitions[job] = Acquisition(value, node.output_type)
+                self._acquisitions[job.id] = Acquisition(value, node.output_type)
             # ``is not _RUNNING`` first: the common case costs one identity test.
             state = attempt.state
             if state is not _RUNNING and state >= _CANCELLED:
-                self._report().attempt_cancelled(job, attempt.number + 1)
-                self._execute(run.drained(job))
+                self._reporter.attempt_cancelled(job.id, attempt.number + 1)
+                self._execute(run.drained(job.id))
                 return
             if self._watch:
-                self._report().attempt_returned(job, attempt.number + 1, attempt.timed_out)
-            if node.output_check is not None and not self._output_ok(attempt, node, value):
+                self._reporter.attempt_returned(job.id, attempt.number + 1, attempt.timed_out)
+            check = node.output_check
+            if check is not None and not self._output_ok(attempt, check, value):
                 return
             self._values[node.name] = value
             if self._watch:
-                self._report().attempt_succeeded(job, attempt.number + 1)
-            self._execute(run.succeeded(job))
+                self._reporter.attempt_succeeded(job.id, attempt.number + 1)
+            self._execute(run.succeeded(job.id))
             return
         if attempt.state >= _CANCELLED:  # pragma: no cover - the core never cancels releases
-            self._execute(run.drained(job))
+            self._execute(run.drained(job.id))
             return
         if value is not None:
-            name = self._nodes[job - n].name
-            self._fail(attempt, TypeError(f"Shutdown must return None: {name}"), False)
+            self._fail(attempt, TypeError(f"Shutdown must return None: {job.name}"), False)
             return
         if self._watch:
-            self._report().attempt_succeeded(job, attempt.number + 1)
-        self._execute(run.succeeded(job))
+            self._reporter.attempt_succeeded(job.id, attempt.number + 1)
+        self._execute(run.succeeded(job.id))
 
-    def _output_ok(self, attempt: Attempt, node: NodeRuntime, value: Any) -> bool:
+    def _output_ok(self, attempt: Attempt, check: Any, value: Any) -> bool:
         """Check a returned value against the node's output check; a mismatch (or a
         broken checker) is the node's failure, reported here."""
-        check = node.output_check
-        assert check is not None
         try:
             ok = check(value)
         except Exception as broken:  # a broken checker is this node's failure
             self._fail(attempt, broken, False)
             return False
         if not ok:
+            node = attempt.job.node
             invalid = invalid_output(node.name, node.origin, node.output_type, value)
             self._fail(attempt, invalid, False)
-        return ok
+        return bool(ok)
 
-    def _raised(self, attempt: Attempt, exc: BaseException) -> None:
-        self._end(attempt)
+    def raised(self, attempt: Attempt, exc: BaseException) -> None:
+        self._table.end(attempt)
         job = attempt.job
-        state = attempt.state
-        if state >= _CANCELLED:
-            number = attempt.number + 1
-            if state == _CANCEL_MISSED and isinstance(exc, _CancelledError):
-                # It had ended before our cancellation could reach it (its outcome was
-                # queued with the event that aborted the run): it cancelled itself, which
-                # fails the run, and is never taken for the drain of the abort
-                # (docs/lifecycle.md, "Cancellation").
-                self._failed_for_good(attempt, exc)
-                self._report().attempt_self_cancelled(job, number, exc)
-                self._execute(self._run.drained(job))
-                return
-            # Drained after the core cancelled it: its own cancellation is expected; anything
-            # else it raised meanwhile is still a diagnostic of the run.
-            error = None if isinstance(exc, _CancelledError) else exc
-            if error is not None:
-                self._failed_for_good(attempt, error)
-            self._report().attempt_cancelled(job, number, error)
-            self._execute(self._run.drained(job))
+        verdict = judge_raised(attempt.state, exc)
+        if verdict is _FAILED:
+            failure = failure_of(attempt.state, exc)
+            self._fail(attempt, failure, is_retryable(failure, job.retryable))
             return
-        n = self._n
-        if job < n:
-            retryable_set = self._nodes[job].retryable
+        number = attempt.number + 1
+        if verdict == Verdict.SELF_CANCELLED:
+            self._failed_for_good(attempt.job, exc, self._run.attempts(job.id))
+            self._reporter.attempt_self_cancelled(job.id, number, exc)
+        elif verdict == Verdict.DRAINED_WITH_ERROR:
+            self._failed_for_good(attempt.job, exc, self._run.attempts(job.id))
+            self._reporter.attempt_cancelled(job.id, number, exc)
         else:
-            release = self._nodes[job - n].release
-            assert release is not None
-            retryable_set = release.retryable
-        if attempt.timed_out and isinstance(exc, _CancelledError):
-            exc = TimeoutError()
-        # A CancelledError the attempt raised by itself, KeyboardInterrupt and SystemExit are
-        # never in a validated set, so they are never retried.
-        self._fail(attempt, exc, is_retryable(exc, retryable_set))
+            self._reporter.attempt_cancelled(job.id, number, None)
+        self._execute(self._run.drained(job.id))
 
     def _fail(self, attempt: Attempt, exc: BaseException, retryable: bool) -> None:
         """Report a failed attempt; the core decides whether it is retried and when."""
         job = attempt.job
-        delay, commands = self._run.failed(job, retryable)
+        delay, commands = self._run.failed(job.id, retryable)
         problem: str | None = None
         if delay is None and commands and commands[0][0] == _HINT:
             delay, commands, problem = self._ask_hook(attempt, exc)
-        skipped: tuple[float | None] | None = None
+        no_room: tuple[float | None] | None = None
         if delay is None:
-            self._failed_for_good(attempt, exc)
-            if self._deadline is not None or problem is not None:
-                skipped = self._note_why(attempt, exc, commands, problem)
+            self._failed_for_good(job, exc, self._run.attempts(job.id))
+            if self._timed or problem is not None:
+                no_room = self._note_why(attempt, exc, commands, problem)
         number = attempt.number + 1
-        self._report().attempt_failed(
-            job, number, exc, timed_out=attempt.timed_out, retry_delay=delay
+        self._reporter.attempt_failed(
+            job.id, number, exc, timed_out=attempt.timed_out, retry_delay=delay
         )
-        if skipped is not None:
-            self._report().retry_skipped(job, number, exc, skipped[0])
+        if no_room is not None:
+            self._reporter.retry_skipped(job.id, number, exc, no_room[0])
         self._execute(commands)
 
     def _ask_hook(
@@ -185,12 +211,7 @@ class OutcomeHandling(AttemptMechanics):
         said. Returns the core's ``(delay, commands)`` and, when the hint was unusable, what
         was wrong with it (for the note; never the value itself)."""
         job = attempt.job
-        n = self._n
-        if job < n:
-            hook = self._nodes[job].retry_after
-        else:
-            release = self._nodes[job - n].release
-            hook = release.retry_after if release is not None else None
+        hook = job.hook
         run = self._run
         if hook is None:  # pragma: no cover - the core asks only jobs that have a hook
             raise RuntimeError("sdax_hamilton internal error: HINT for a job without a hook")
@@ -200,19 +221,19 @@ class OutcomeHandling(AttemptMechanics):
         except BaseException as hook_error:
             problem = f"raised {type(hook_error).__qualname__}"
             if isinstance(hook_error, _TERMINATION):  # stops the run, like out of a node
-                self._failures().terminate(hook_error)
+                self._record.terminate(hook_error)
                 self._execute(run.cancel())
             else:  # kept with the failure it was asked about (``failures(exc)``)
                 attach_failures(exc, (hook_error,))
-            if self._deadline is not None:
+            if self._timed:
                 run.clock(self._loop.time())
-            delay, commands = run.hint_failed(job)
+            delay, commands = run.hint_failed(job.id)
             return delay, commands, problem
         if type(value) is _CoroutineType:
             value.close()  # an async hook: unusable (it is called, never awaited)
-        if self._deadline is not None:
+        if self._timed:
             run.clock(self._loop.time())
-        delay, commands = run.hinted(job, value)
+        delay, commands = run.hinted(job.id, value)
         if delay is None and any(op == _BAD_HINT for op, *_ in commands):
             kind = type(value)
             if kind is int or kind is float:
@@ -232,60 +253,39 @@ class OutcomeHandling(AttemptMechanics):
         ``retry_after`` hook decided it. Returns ``(wait,)`` when a retry was skipped for lack
         of time (``wait``: the one that did not fit, ``None`` once the deadline had passed)."""
         job = attempt.job
-        subject = self._report().subject(job)
-        notes: list[str] = []
-        skipped: tuple[float | None] | None = None
-        clipped = attempt.timed_out and self._was_clipped(job, attempt.number)
-        if clipped:
-            notes.append(
-                f"sdax_hamilton: {subject}: attempt {attempt.number + 1} was cut short by "
-                "the run's timeout"
-            )
-        if problem is not None:
-            notes.append(
-                f"sdax_hamilton: {subject}: its retry_after hook {problem}; the retry was not taken"
-            )
-            self._report().hint_unusable(job, attempt.number + 1, problem)
+        no_room: tuple[float | None] | None = None
         for op, command_job, _number, arg in commands:
-            if op == _NO_ROOM and command_job == job:
-                skipped = (arg,)
-                if arg is not None:
-                    notes.append(
-                        f"sdax_hamilton: {subject}: the run's timeout left no room for a "
-                        f"retry (its wait of {arg:.3g} s would end past it)"
-                    )
-                elif not clipped:  # a clipped timeout says it already
-                    notes.append(
-                        f"sdax_hamilton: {subject}: the run's timeout left no room for a retry"
-                    )
+            if op == _NO_ROOM and command_job == job.id:
+                no_room = (arg,)
                 break
-        for note in notes:
+        clipped = attempt.timed_out and self._calls.was_clipped(job, attempt.number)
+        if problem is not None:
+            self._reporter.hint_unusable(job.id, attempt.number + 1, problem)
+        for note in why_notes(job.subject, attempt.number + 1, clipped, problem, no_room):
             try:
                 add_note_once(exc, note)
             except Exception:  # pragma: no cover - a user object with a broken __notes__
                 pass
-        return skipped
+        return no_room
 
-    def _expired(self, job: int, attempt_number: int) -> None:
+    def _expired(self, job: Job, attempt_number: int) -> None:
         """EXPIRE: the run's deadline passed before attempt ``attempt_number`` of ``job``
         could start; the job fails with a ``TimeoutError``."""
         error = TimeoutError("the run's timeout expired")
-        subject = self._report().subject(job)
-        when = f"attempt {attempt_number + 1} could start" if attempt_number else "it could start"
-        self._failed_for_good(Attempt(job, attempt_number, None), error, attempt_number == 0)
-        add_note_once(error, f"sdax_hamilton: {subject}: the run's timeout expired before {when}")
-        self._report().deadline_expired(job, attempt_number + 1, error)
+        self._failed_for_good(job, error, self._run.attempts(job.id) if attempt_number else None)
+        add_note_once(error, expired_note(job.subject, attempt_number))
+        self._reporter.deadline_expired(job.id, attempt_number + 1, error)
 
     def _unstarted(self, attempt: Attempt) -> None:
-        self._end(attempt)
+        self._table.end(attempt)
         job = attempt.job
         aw = attempt.aw
-        self._report().attempt_cancelled(job, attempt.number + 1)
+        self._reporter.attempt_cancelled(job.id, attempt.number + 1)
         if type(aw) is _CoroutineType:
             aw.close()  # never awaited: its body never ran
-            if job < self._n and attempt.number == 0:
-                self._acquisitions[job] = None
-            self._execute(self._run.unstarted(job))
+            if job.forward and attempt.number == 0:
+                self._acquisitions[job.id] = None
+            self._execute(self._run.unstarted(job.id))
             return
         # The call itself ran and returned an awaitable we never awaited: it started.
         if asyncio.isfuture(aw):
@@ -293,33 +293,21 @@ class OutcomeHandling(AttemptMechanics):
                 aw.cancel()
             elif not aw.cancelled():
                 aw.exception()  # retrieved: no "exception was never retrieved" later
-        self._execute(self._run.drained(job))
+        self._execute(self._run.drained(attempt.id))
 
     def _bad_input(self, attempt: Attempt, exc: BaseException) -> None:
-        self._running[attempt.job] = None
-        self._failed_for_good(attempt, exc, before_first=True)
-        self._report().input_rejected(attempt.job, exc)
+        self._table.end(attempt)
+        self._failed_for_good(attempt.job, exc, None)
+        self._reporter.input_rejected(attempt.id, exc)
         # Nothing was called: no attempt counted, no release owed; the core aborts the run.
-        self._execute(self._run.rejected(attempt.job))
+        self._execute(self._run.rejected(attempt.id))
 
-    def _failed_for_good(
-        self, attempt: Attempt, exc: BaseException, before_first: bool = False
-    ) -> None:
-        """A node or release failed for good: note it on the exception, log it, record it."""
-        job = attempt.job
-        n = self._n
-        if job < n:
-            subject = f"node {self._nodes[job].name!r}"
-        else:
-            subject = f"release of {self._nodes[job - n].name!r}"
-        attempts = None if before_first else self._run.attempts(job)
-        if attempts is None:
-            note = f"sdax_hamilton: {subject} failed before its first attempt"
-        else:
-            note = f"sdax_hamilton: {subject} failed after {plural(attempts)}"
+    def _failed_for_good(self, job: Job, exc: BaseException, attempts: int | None) -> None:
+        """A node or release failed for good after ``attempts`` (``None``: before its
+        first): note it on the exception, log it, record it."""
         try:
-            add_note_once(exc, note)
+            add_note_once(exc, final_note(job.subject, attempts))
         except Exception:  # pragma: no cover - a user object with a broken __notes__
             pass
-        self._report().failed_for_good(job, exc, attempts)
-        self._failures().failed(exc)
+        self._reporter.failed_for_good(job.id, exc, attempts)
+        self._record.failed(exc)

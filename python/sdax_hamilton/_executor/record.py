@@ -79,6 +79,13 @@ class FailureRecord:
             self.clean = False
             self.secondary.append(exc)
 
+    def clear(self) -> None:
+        """The run is over: forget its failures. A failure's traceback refers to the run's
+        frames, and through them to whatever holds this record: emptied, the record keeps
+        no exception alive in a reference cycle (tests/test_driver_memory.py)."""
+        self.primary = None
+        self.secondary = []
+
     def outcome(self) -> BaseException | None:
         """What the run raises: the primary with the secondary ones attached, else a group
         of the secondary ones, else ``None``."""

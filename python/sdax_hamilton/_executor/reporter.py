@@ -8,8 +8,8 @@ Adding a kind of listener: call it from these methods, make :meth:`Reporter.want
 say yes when it is present, and widen the run's ``self._observers is not None`` tests
 around the whole-run calls (``context.py``) to it.
 
-Jobs are the core's job ids: ``job < n`` is the forward job of node ``job``; ``job >= n``
-the release of node ``job - n``. Attempt numbers are 1-based, as in logs and events.
+Jobs are the core's job ids, read through the plan's ``JobTable``. Attempt numbers are
+1-based, as in logs and events.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Final
 
 from .._observe import EventKind, Observer, RunEvent
-from .runtime import NodeRuntime
+from .jobs import JobTable
+from .verdicts import plural
 
 logger = logging.getLogger("sdax_hamilton")
 
@@ -33,10 +34,6 @@ _answers: Final[dict[int, bool]] = getattr(logger, "_cache", {})
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
 
 _run_ids = itertools.count(1)
-
-
-def plural(count: int) -> str:
-    return f"{count} attempt" if count == 1 else f"{count} attempts"
 
 
 class Reporter:
@@ -57,9 +54,8 @@ class Reporter:
 
     __slots__ = (
         "_debug",
+        "_jobs",
         "_loop",
-        "_n",
-        "_nodes",
         "_observers",
         "_on_termination",
         "_run_id",
@@ -67,13 +63,12 @@ class Reporter:
 
     def __init__(
         self,
-        nodes: Sequence[NodeRuntime],
+        jobs: JobTable,
         observers: tuple[Observer, ...] | None,
         loop: asyncio.AbstractEventLoop,
         on_termination: Callable[[BaseException], None] | None,
     ) -> None:
-        self._nodes = nodes  # names are looked up when needed: nothing per node per run
-        self._n = len(nodes)
+        self._jobs = jobs  # names are looked up when needed: nothing per node per run
         self._observers = observers
         self._loop = loop
         # Only observers can raise into the run; without them, no way back into it.
@@ -130,7 +125,7 @@ class Reporter:
     def attempt_started(self, job: int, number: int, clipped: bool = False) -> None:
         """The function of ``job`` is called for attempt ``number`` (``clipped``: its
         timeout is the time left before the run's deadline)."""
-        forward = job < self._n
+        forward = self._jobs[job].forward
         name = self._name(job)
         if self._debug:
             if forward:
@@ -158,7 +153,7 @@ class Reporter:
 
     def attempt_succeeded(self, job: int, number: int) -> None:
         """The attempt returned and its value was accepted; the job is done."""
-        forward = job < self._n
+        forward = self._jobs[job].forward
         name = self._name(job)
         if self._debug and not forward:
             logger.debug("release of %r: completed", name)
@@ -176,7 +171,7 @@ class Reporter:
     ) -> None:
         """The attempt failed with ``error`` (a ``TimeoutError`` when ``timed_out``); the
         core scheduled a retry after ``retry_delay`` seconds, or (``None``) none."""
-        forward = job < self._n
+        forward = self._jobs[job].forward
         name = self._name(job)
         if retry_delay is not None and logger.isEnabledFor(logging.WARNING):
             logger.warning(
@@ -207,7 +202,8 @@ class Reporter:
                 " (cut short by the run's timeout)" if clipped else "",
             )
         if self._observers is not None:
-            kind: EventKind = "attempt_timed_out" if job < self._n else "release_timed_out"
+            forward = self._jobs[job].forward
+            kind: EventKind = "attempt_timed_out" if forward else "release_timed_out"
             self._emit(kind, self._name(job), number, clipped=clipped)
 
     def retry_skipped(
@@ -286,17 +282,11 @@ class Reporter:
 
     def _name(self, job: int) -> str:
         """The node a job belongs to (the owner, for a release job)."""
-        n = self._n
-        return self._nodes[job if job < n else job - n].name
-
-    def subject(self, job: int) -> str:
-        """``node 'name'`` or ``release of 'name'``, as in notes and logs."""
-        return self._subject(job)
+        return self._jobs[job].name
 
     def _subject(self, job: int) -> str:
-        if job < self._n:
-            return f"node {self._nodes[job].name!r}"
-        return f"release of {self._nodes[job - self._n].name!r}"
+        """``node 'name'`` or ``release of 'name'``, as in notes and logs."""
+        return self._jobs[job].subject
 
     def _emit(
         self,

@@ -97,21 +97,3 @@ def _takes_positionally(call: Callable[..., Any], args: Sequence[tuple[str, str]
         and len(names) <= code.co_argcount
         and code.co_varnames[: len(names)] == names
     )
-
-
-def is_retryable(exc: BaseException, retryable: tuple[type[BaseException], ...]) -> bool:
-    """``isinstance`` against the set; an ``ExceptionGroup`` only if every leaf is.
-
-    Flattening descends ``ExceptionGroup`` only: any other ``BaseExceptionGroup`` is tested
-    as itself (docs/api.md, "execution").
-    """
-    if isinstance(exc, ExceptionGroup):
-        stack: list[BaseException] = [exc]
-        while stack:
-            item = stack.pop()
-            if isinstance(item, ExceptionGroup):
-                stack.extend(item.exceptions)
-            elif not isinstance(item, retryable):
-                return False
-        return True
-    return isinstance(exc, retryable)

@@ -1,0 +1,457 @@
+"""Commands carried out: calls, attempt tasks, inline awaits and timers.
+
+A START becomes a call of the node's (or release's) function. An awaitable result is either
+awaited inline in the phase's task (a lone attempt: ``Calls.inline``, which the coordinator
+decides on) or in a task of its own; a timeout is a timer that cancels what runs it. How an
+attempt ended goes on the table's queue (or, inline, back to the coordinator), for
+``Outcomes``. docs/internals.md, "How the driver carries out STARTs", gives the reasons.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+import time
+import types
+from collections.abc import Sequence
+from typing import Any, Final
+
+from .. import _core
+from .._declarations import Acquisition
+from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
+from .jobs import Job, JobTable
+from .record import FailureRecord
+from .reporter import Reporter
+from .runtime import TIMEOUT_MESSAGE
+
+_START: Final = _core.START
+_SLEEP: Final = _core.SLEEP
+_CANCEL: Final = _core.CANCEL
+_STOP_SLEEP: Final = _core.STOP_SLEEP
+_START_CLIPPED: Final = _core.START_CLIPPED
+_EXPIRE: Final = _core.EXPIRE
+_NO_ROOM: Final = _core.NO_ROOM
+_BAD_HINT: Final = _core.BAD_HINT
+_CARRIED: Final = _core.CARRIED
+_CARRIED_RAISED: Final = _core.CARRIED_RAISED
+_CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
+_CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
+_RETURNED: Final = EventKind.RETURNED
+_RAISED: Final = EventKind.RAISED
+_ELAPSED: Final = EventKind.ELAPSED
+_UNSTARTED: Final = EventKind.UNSTARTED
+_BAD_INPUT: Final = EventKind.BAD_INPUT
+_EXPIRED: Final = EventKind.EXPIRED
+_CALLED: Final = AttemptState.CALLED
+_RUNNING: Final = AttemptState.RUNNING
+_TIMED_OUT: Final = AttemptState.TIMED_OUT
+_CANCELLED: Final = AttemptState.CANCELLED
+_CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
+_CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
+_CoroutineType: Final = types.CoroutineType
+_isawaitable: Final = inspect.isawaitable
+_monotonic: Final = time.monotonic
+_MONOTONIC_LOOP_TIME: Final = asyncio.BaseEventLoop.time
+
+# The due time of a loop whose clock is the only one that counts (``_clocks_differ``).
+_NO_DUE: Final = -math.inf
+
+
+class Calls:
+    """Carries out the core's commands for one run (made when the run first needs it)."""
+
+    __slots__ = (
+        "_acquisitions",
+        "_clipped",
+        "_inline_timer",
+        "_inline_when",
+        "_jobs",
+        "_loop",
+        "_record",
+        "_reporter",
+        "_run",
+        "_two_clocks",
+        "_values",
+        "_watch",
+        "inline_attempt",
+        "kwargs",
+        "table",
+        "task",
+    )
+
+    task: asyncio.Task[Any]  # the phase's task (forward or shutdown), while it runs
+    _inline_when: float  # the inline timer's due time, set with the timer
+
+    def __init__(
+        self,
+        jobs: JobTable,
+        run: _core.Run,
+        loop: asyncio.AbstractEventLoop,
+        values: dict[str, Any],
+        acquisitions: list[Acquisition[Any] | None],
+        clipped: list[int] | None,
+        watch: bool,
+        reporter: Reporter,
+        record: FailureRecord,
+    ) -> None:
+        self._jobs = jobs
+        self._run = run
+        self._loop = loop
+        self._values = values
+        self._acquisitions = acquisitions  # per owned forward job: what its release gets
+        self._clipped = clipped  # per forward job: the attempt whose START was clipped
+        self._watch = watch  # someone wants to hear about every attempt
+        self._reporter = reporter
+        self._record = record
+        self.table = AttemptTable(len(jobs))
+        n = jobs.forward_count
+        self.kwargs: list[dict[str, Any] | None] = [None] * n  # read at attempt 0, retries reuse
+        # The one timer serving every inline attempt's timeout (``_arm_inline_timer``).
+        self.inline_attempt: Attempt | None = None
+        self._inline_timer: asyncio.TimerHandle | None = None
+        self._two_clocks: bool | None = None  # see ``_clocks_differ``
+
+    def execute(self, commands: Sequence[_core.Command]) -> None:
+        """Carry out ``commands`` in order, now."""
+        for op, job, attempt, arg in commands:
+            if op == _START:
+                self._start(self._jobs[job], attempt, arg)
+            elif op == _CARRIED:
+                self._carried(self._jobs[job], attempt, arg)
+            elif op == _SLEEP:
+                delay = arg or 0.0
+                loop = self._loop
+                deadline = loop.time() + delay
+                due = _monotonic() + delay if self._clocks_differ() else _NO_DUE
+                self.table.sleeping += 1
+                self.table.sleeps[job] = loop.call_later(
+                    delay, self._sleep_over, job, deadline, due
+                )
+            elif op == _CANCEL:
+                self._cancel(job)
+            elif op == _STOP_SLEEP:
+                table = self.table
+                handle = table.sleeps[job]
+                if handle is not None:
+                    table.sleeps[job] = None
+                    table.sleeping -= 1
+                    handle.cancel()
+                self._reporter.retry_cancelled(job, self._run.attempts(job))
+            elif op == _START_CLIPPED:
+                clipped = self._clipped
+                assert clipped is not None  # only a run with a deadline is clipped
+                clipped[job] = attempt
+                self._start(self._jobs[job], attempt, arg)
+            elif op == _EXPIRE:
+                self.table.post((_EXPIRED, self._jobs[job], attempt))
+            elif op == _NO_ROOM or op == _BAD_HINT:
+                pass  # why a failure is final: read by ``Outcomes`` for its note
+            else:  # pragma: no cover - contract violation by the core
+                raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
+
+    def was_clipped(self, job: Job, attempt_number: int) -> bool:
+        """Whether that forward attempt's START was clipped to the run's deadline."""
+        clipped = self._clipped
+        return clipped is not None and job.forward and clipped[job.id] == attempt_number
+
+    def _sleep_over(self, job: int, deadline: float, due: float) -> None:
+        """The retry wait's timer fired: report it over, or re-arm it if it fired early.
+
+        A wait lasts at least its delay by the loop's clock and by the monotonic clock:
+        uvloop's timers fire up to a millisecond early against ``loop.time()`` (libuv's
+        clock has millisecond resolution and is read once per iteration), asyncio's by up
+        to the clock's resolution. ``due`` is the monotonic deadline, ``_NO_DUE`` when the
+        loop's clock is the only one that counts (``_clocks_differ()`` false).
+        """
+        rest = max(deadline - self._loop.time(), due - _monotonic())
+        if rest > 0.0:
+            self.table.sleeps[job] = self._loop.call_later(
+                rest, self._sleep_over, job, deadline, due
+            )
+            return
+        self.table.post((_ELAPSED, job, None))
+
+    def _start(self, job: Job, attempt_number: int, timeout: float | None) -> None:
+        """Call the job's function now. An awaitable result joins ``fresh``: the
+        coordinator awaits it inline or launches it in a task of its own."""
+        attempt = Attempt(job, attempt_number, timeout)
+        table = self.table
+        running = table.running  # ``AttemptTable.add``, inlined: every attempt passes here
+        attempt.next = running[job.id]
+        running[job.id] = attempt
+        if job.forward:
+            # Arguments are read and checked once; retries reuse them.
+            kwargs = self.kwargs[job.id] if attempt_number else self._first_kwargs(attempt)
+            if kwargs is None:
+                return  # bad input, reported
+            if self._watch:
+                self._reporter.attempt_started(
+                    job.id, attempt_number + 1, self.was_clipped(job, attempt_number)
+                )
+            try:
+                result = job.node.call(**kwargs)
+            except BaseException as exc:
+                table.post((_RAISED, attempt, exc))
+                return
+        else:
+            release = job.release
+            if release is None:  # pragma: no cover - contract violation by the core
+                raise RuntimeError(f"sdax_hamilton internal error: no release for {job.name!r}")
+            record = self._acquisitions[job.owner]
+            if self._watch:
+                self._reporter.attempt_started(job.id, attempt_number + 1)
+            try:
+                result = release.call(Acquisition() if record is None else record)
+            except BaseException as exc:
+                table.post((_RAISED, attempt, exc))
+                return
+        if type(result) is _CoroutineType or _isawaitable(result):
+            attempt.aw = result
+            table.fresh.append(attempt)
+        else:
+            table.post((_RETURNED, attempt, result))
+
+    def _carried(self, job: Job, how: int, arg: tuple[Any, Any, float | None, Any]) -> None:
+        """Go on with the first attempt of ``job``, carried out by the core's ``Run`` up to
+        where the driver is needed (src/carry.rs): ``how`` it ended, and ``arg``:
+        ``(payload, extra, timeout, started)``. ``extra``: a node's arguments; for a release
+        whose coroutine was stepped, the phase task's cancellation count before the call
+        (``None`` otherwise). ``started``: the clocks before the call, with a timeout."""
+        payload, extra, timeout, started = arg
+        attempt = Attempt(job, 0, timeout)
+        table = self.table
+        table.add(attempt)
+        if job.forward:
+            self.kwargs[job.id] = extra  # read by its retries
+            if job.node.release is not None and self._acquisitions[job.id] is None:
+                self._acquisitions[job.id] = Acquisition()
+        elif extra is not None and self.task.cancelling() > extra:
+            # The release's coroutine cancelled its own task, as ``inline`` sees it: never
+            # the caller, whose cancellations land on its own wait.
+            self._record.caller_cancelled(asyncio.CancelledError(), True)
+        if how == _CARRIED_RAISED:
+            table.post((_RAISED, attempt, payload))
+        elif how == _CARRIED_RETURNED:
+            table.post((_RETURNED, attempt, payload))
+        else:  # awaited like any awaitable a call returned (a lone one: inline)
+            attempt.aw = resume(*payload) if how == _CARRIED_SUSPENDED else payload
+            attempt.started = started  # its timer counts from the call
+            table.fresh.append(attempt)
+
+    def _first_kwargs(self, attempt: Attempt) -> dict[str, Any] | None:
+        """The first attempt's arguments, read and checked; ``None`` after posting the bad
+        input. An owner gets its acquisition record here, once."""
+        job = attempt.job
+        node = job.node
+        try:
+            kwargs = dict(node.defaults) if node.defaults else {}
+            values = self._values
+            for keyword, key in node.args:
+                kwargs[keyword] = values[key]
+            for keyword, check in node.input_checks:
+                if not check(kwargs[keyword]):
+                    raise TypeError(f"Invalid input for {node.name}.{keyword}")
+        except Exception as exc:
+            self.table.post((_BAD_INPUT, attempt, exc))
+            return None
+        self.kwargs[job.id] = kwargs
+        if node.release is not None:
+            self._acquisitions[job.id] = Acquisition()
+        return kwargs
+
+    def _cancel(self, job: int) -> None:
+        """CANCEL: cancel each live attempt of ``job`` once, noting whether it reached it."""
+        for attempt in self.table.live_of(job):
+            self._cancel_attempt(attempt)
+
+    def _cancel_attempt(self, attempt: Attempt) -> None:
+        if attempt.state >= _CANCELLED:
+            return
+        if attempt.state == _TIMED_OUT:
+            # Already cancelled once, by its timeout: it is draining.
+            attempt.state = _CANCELLED_TIMED_OUT
+            return
+        task = attempt.task
+        if task is None:
+            # Not launched yet (``launch`` reports it unstarted), or a sync call whose
+            # outcome is queued (its own). Inline attempts are marked by the coordinator
+            # before the core's CANCEL arrives.
+            attempt.state = _CANCEL_MISSED
+            return
+        began = attempt.state == _RUNNING
+        # False when the task has already finished: its outcome is queued and is its own.
+        attempt.state = _CANCELLED if task.cancel() else _CANCEL_MISSED
+        if not began:
+            # The task never ran a step: its awaitable will never be awaited.
+            task.add_done_callback(lambda _task: self._unstarted_done(attempt))
+
+    def _unstarted_done(self, attempt: Attempt) -> None:
+        self.table.live -= 1
+        self.table.post((_UNSTARTED, attempt, None))
+
+    def launch(self) -> None:
+        """Give every fresh awaitable a task of its own (and its timeout a timer)."""
+        loop = self._loop
+        table = self.table
+        for attempt in table.fresh:
+            if attempt.state >= _CANCELLED:
+                table.post((_UNSTARTED, attempt, None))
+                continue
+            table.live += 1  # before create_task: an eager task factory may finish it at once
+            attempt.task = loop.create_task(self._attempt_task(attempt))
+            timeout = attempt.timeout
+            if timeout is not None:
+                attempt.timer = loop.call_at(
+                    self._set_deadline(attempt, timeout), self._on_timeout, attempt
+                )
+        table.fresh.clear()
+
+    async def _attempt_task(self, attempt: Attempt) -> None:
+        attempt.state = _RUNNING
+        try:
+            value = await attempt.aw
+        except BaseException as exc:  # never let anything (KeyboardInterrupt!) escape a task
+            self.table.live -= 1
+            self.table.post((_RAISED, attempt, exc))
+        else:
+            self.table.live -= 1
+            self.table.post((_RETURNED, attempt, value))
+
+    async def inline(self, attempt: Attempt) -> tuple[bool, Any]:
+        """Await a lone attempt in the phase's task itself; ``(raised, value or exception)``.
+
+        Our timeout cancels the task once and takes its request back with ``uncancel()``
+        (the ``asyncio.timeout`` technique), so the task's ``cancelling()`` count, against
+        ``attempt.baseline``, tells the coordinator whether any other cancellation reached
+        the attempt.
+        """
+        attempt.state = _RUNNING
+        task = self.task
+        attempt.baseline = task.cancelling()
+        timeout = attempt.timeout
+        if timeout is not None:
+            self._arm_inline_timer(attempt, timeout)
+        try:
+            value = await attempt.aw
+        except BaseException as exc:
+            self.inline_attempt = None
+            if attempt.state is _TIMED_OUT:
+                task.uncancel()
+            return True, exc
+        self.inline_attempt = None
+        if attempt.state is _TIMED_OUT:  # identity: the enum member itself
+            task.uncancel()
+        return False, value
+
+    def _set_deadline(self, attempt: Attempt, timeout: float) -> float:
+        """When the attempt's time is up, by the loop's clock (returned) and the monotonic
+        clock: ``timeout`` from now, or from before the call when the core carried it out
+        (``Attempt.started``)."""
+        started = attempt.started
+        if started is None:
+            deadline = attempt.deadline = self._loop.time() + timeout
+            attempt.due = _monotonic() + timeout if self._clocks_differ() else _NO_DUE
+        else:
+            deadline = attempt.deadline = started[0] + timeout
+            attempt.due = started[1] + timeout if self._clocks_differ() else _NO_DUE
+        return deadline
+
+    def _clocks_differ(self) -> bool:
+        """Whether timers are checked against the monotonic clock as well as the loop's.
+
+        asyncio's own loops read time.monotonic(); others (uvloop) have a clock of their
+        own, so timers are checked against both (``_sleep_over``). A loop keeping virtual
+        time (a test loop) has only its own clock. Decided when a run first arms a timer.
+        """
+        differ = self._two_clocks
+        if differ is None:
+            loop = self._loop
+            differ = self._two_clocks = (
+                type(loop).time is not _MONOTONIC_LOOP_TIME
+                and abs(loop.time() - _monotonic()) < 1.0
+            )
+        return differ
+
+    def _arm_inline_timer(self, attempt: Attempt, timeout: float) -> None:
+        """One timer per run serves every inline attempt: armed for the earliest pending
+        deadline, re-armed when it fires early for a later one, never cancelled per attempt
+        (a long inline chain would otherwise pile cancelled timer handles into the loop's
+        heap without the loop ever running to clean them)."""
+        loop = self._loop
+        deadline = self._set_deadline(attempt, timeout)
+        self.inline_attempt = attempt
+        timer = self._inline_timer
+        if timer is None or self._inline_when > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._inline_when = deadline
+            self._inline_timer = loop.call_at(deadline, self._inline_tick)
+
+    def stop_inline_timer(self) -> None:
+        """The phase's task ends: its inline timer goes with it."""
+        timer = self._inline_timer
+        if timer is not None:
+            self._inline_timer = None
+            timer.cancel()
+
+    def _inline_tick(self) -> None:
+        self._inline_timer = None
+        attempt = self.inline_attempt
+        if attempt is None:
+            return  # armed for an attempt that has finished; the next one re-arms
+        # Armed for an earlier attempt's deadline, or fired early (see ``_sleep_over``).
+        loop = self._loop
+        now = loop.time()
+        rest = max(attempt.deadline - now, attempt.due - _monotonic())
+        if rest > 0.0:
+            self._inline_when = now + rest
+            self._inline_timer = loop.call_later(rest, self._inline_tick)
+            return
+        if attempt.state != _RUNNING:
+            return
+        task = self.task
+        if task.cancelling() > attempt.baseline:
+            return  # a cancellation (the caller's, passed on) is already on its way in
+        self._time_out(attempt, task)
+
+    def _time_out(self, attempt: Attempt, task: asyncio.Task[Any]) -> None:
+        """The attempt's time is up: cancel what runs it (inline: the phase's task)."""
+        attempt.state = _TIMED_OUT
+        task.cancel(TIMEOUT_MESSAGE)
+        self._reporter.attempt_timed_out(
+            attempt.id,
+            attempt.number + 1,
+            attempt.timeout,
+            self.was_clipped(attempt.job, attempt.number),
+        )
+
+    def _on_timeout(self, attempt: Attempt) -> None:
+        attempt.timer = None
+        if attempt.state >= _TIMED_OUT:
+            return
+        task = attempt.task
+        if task is None or task.done():
+            return
+        if attempt.state == _CALLED:  # pragma: no cover - the task's first step is queued
+            attempt.timer = self._loop.call_soon(self._on_timeout, attempt)
+            return
+        rest = max(attempt.deadline - self._loop.time(), attempt.due - _monotonic())
+        if rest > 0.0:  # fired early (see ``_sleep_over``)
+            attempt.timer = self._loop.call_later(rest, self._on_timeout, attempt)
+            return
+        self._time_out(attempt, task)
+
+    def abandon(self) -> None:
+        """Stop everything started (an internal failure of the coordinator; best effort)."""
+        for attempt in self.table.all_live():
+            if attempt.timer is not None:
+                attempt.timer.cancel()
+            if attempt.task is not None:
+                attempt.task.cancel()
+            elif attempt.state == _CALLED and type(attempt.aw) is _CoroutineType:
+                attempt.aw.close()
+        for handle in self.table.sleeps:
+            if handle is not None:
+                handle.cancel()
+        self.stop_inline_timer()

@@ -1,0 +1,87 @@
+"""The job table: what each of the core's job ids stands for, built once per plan.
+
+The core numbers a plan's jobs ``0 .. 2n``: job ``i < n`` is the forward job of active node
+``i``, job ``n + i`` the release of node ``i`` (docs/internals.md, "The core's run
+protocol"). This is the one place that decodes that numbering; everything else asks the
+table (``jobs[job]``) and reads the record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Self
+
+from .. import _core
+from .runtime import NodeRuntime, ReleaseRuntime
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Job:
+    """One job of a plan: a node's forward job, or the release of an owned node."""
+
+    id: int
+    """The core's job id."""
+    forward: bool
+    """A forward job (else a release job)."""
+    node: NodeRuntime
+    """The node (for a release job: the node whose acquisition it releases)."""
+    owner: int
+    """The node's index in the plan (``id`` for a forward job)."""
+    name: str
+    """The node's name, as in events."""
+    subject: str
+    """``node 'name'`` or ``release of 'name'``, as in notes and logs."""
+    retryable: tuple[type[BaseException], ...]
+    """The retryable exceptions of the job's policy."""
+    hook: Callable[[BaseException], object] | None
+    """The job's ``retry_after`` hook (called when the core emits a HINT)."""
+    release: ReleaseRuntime | None
+    """For a release job: the release it calls (``None`` for a node that owns nothing)."""
+
+
+class JobTable(tuple[Job, ...]):
+    """Every job of one plan, indexed by the core's job id (a tuple: ``jobs[job]``), with
+    the plan's node runtimes and carrier.
+
+    Built once per plan (``PreparedPlan``) and shared by its runs; holds nothing of a run.
+    """
+
+    nodes: tuple[NodeRuntime, ...]
+    """The runtimes of the plan's active nodes, in the plan's order."""
+    forward_count: int
+    """The number of active nodes (and so of forward jobs: ids ``0 .. forward_count``)."""
+    carrier: _core.Carrier | None
+    """How runs of this plan carry out lone STARTs in the core (src/carry.rs)."""
+
+    def __new__(cls, nodes: Sequence[NodeRuntime], carrier: _core.Carrier | None = None) -> Self:
+        nodes = tuple(nodes)
+        n = len(nodes)
+        forward = [
+            Job(
+                i,
+                True,
+                node,
+                i,
+                node.name,
+                f"node {node.name!r}",
+                node.retryable,
+                node.retry_after,
+                None,
+            )
+            for i, node in enumerate(nodes)
+        ]
+        releases = [
+            Job(n + i, False, node, i, node.name, f"release of {node.name!r}",
+                () if node.release is None else node.release.retryable,
+                None if node.release is None else node.release.retry_after, node.release)
+            for i, node in enumerate(nodes)
+        ]  # fmt: skip
+        table = super().__new__(cls, (*forward, *releases))
+        table.nodes = nodes
+        table.forward_count = n
+        table.carrier = carrier
+        return table
+
+    def __repr__(self) -> str:
+        return f"<JobTable of {self.forward_count} nodes>"

@@ -1,0 +1,132 @@
+"""What an attempt's ending means (``_executor/verdicts.py``): pure, no event loop, no run.
+
+The rules of docs/lifecycle.md ("Cancellation", "Failures") that the executor applies to
+each attempt, tested on their own; the driver tests check that the run applies them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sdax_hamilton._executor.attempts import AttemptState
+from sdax_hamilton._executor.jobs import JobTable
+from sdax_hamilton._executor.runtime import NodeRuntime, ReleaseRuntime
+from sdax_hamilton._executor.verdicts import (
+    Verdict,
+    expired_note,
+    failure_of,
+    final_note,
+    is_retryable,
+    judge_raised,
+    why_notes,
+)
+
+NOT_CANCELLED = (AttemptState.CALLED, AttemptState.RUNNING, AttemptState.TIMED_OUT)
+
+
+@pytest.mark.parametrize("state", NOT_CANCELLED)
+@pytest.mark.parametrize("exc", [ValueError("x"), asyncio.CancelledError(), KeyboardInterrupt()])
+def test_an_attempt_the_core_did_not_cancel_failed(state: AttemptState, exc: BaseException) -> None:
+    assert judge_raised(state, exc) is Verdict.FAILED
+
+
+def test_a_cancellation_that_reached_the_attempt_is_the_drain_of_the_abort() -> None:
+    for state in (AttemptState.CANCELLED, AttemptState.CANCELLED_TIMED_OUT):
+        assert judge_raised(state, asyncio.CancelledError()) is Verdict.DRAINED
+        assert judge_raised(state, OSError()) is Verdict.DRAINED_WITH_ERROR
+
+
+def test_a_cancellation_that_missed_is_the_attempt_cancelling_itself() -> None:
+    # It had ended before our cancellation could reach it: its CancelledError is its own.
+    missed = AttemptState.CANCEL_MISSED
+    assert judge_raised(missed, asyncio.CancelledError()) is Verdict.SELF_CANCELLED
+    assert judge_raised(missed, OSError()) is Verdict.DRAINED_WITH_ERROR
+
+
+def test_a_timed_out_attempt_fails_with_a_timeout_error() -> None:
+    cancelled = asyncio.CancelledError()
+    for state in (AttemptState.TIMED_OUT, AttemptState.CANCELLED_TIMED_OUT):
+        assert type(failure_of(state, cancelled)) is TimeoutError
+    error = OSError()  # what it raised instead of its cancellation stays what it is
+    assert failure_of(AttemptState.TIMED_OUT, error) is error
+    assert failure_of(AttemptState.RUNNING, cancelled) is cancelled
+
+
+def test_retryable_sets_and_exception_groups() -> None:
+    retryable = (ConnectionError, TimeoutError)
+    assert is_retryable(ConnectionResetError(), retryable)
+    assert not is_retryable(ValueError(), retryable)
+    both = ExceptionGroup("g", [ConnectionError(), ExceptionGroup("h", [TimeoutError()])])
+    assert is_retryable(both, retryable)
+    assert not is_retryable(ExceptionGroup("g", [ConnectionError(), ValueError()]), retryable)
+    # Only ExceptionGroup is flattened: a BaseExceptionGroup is tested as itself.
+    base = BaseExceptionGroup("b", [KeyboardInterrupt()])
+    assert not is_retryable(base, retryable)
+    assert not is_retryable(asyncio.CancelledError(), retryable)
+
+
+def test_notes_say_why_a_failure_is_final() -> None:
+    assert final_note("node 'a'", None) == "sdax_hamilton: node 'a' failed before its first attempt"
+    assert final_note("node 'a'", 1) == "sdax_hamilton: node 'a' failed after 1 attempt"
+    assert final_note("release of 'a'", 3).endswith("failed after 3 attempts")
+    notes = why_notes("node 'a'", 2, True, "raised KeyError", (None,))
+    assert notes == [
+        "sdax_hamilton: node 'a': attempt 2 was cut short by the run's timeout",
+        "sdax_hamilton: node 'a': its retry_after hook raised KeyError; the retry was not taken",
+    ]  # a clipped timeout already says there was no room
+    (room,) = why_notes("node 'a'", 1, False, None, (1.5,))
+    assert "its wait of 1.5 s would end past it" in room
+    assert why_notes("node 'a'", 1, False, None, None) == []
+    assert expired_note("node 'a'", 0).endswith("expired before it could start")
+    assert expired_note("node 'a'", 2).endswith("expired before attempt 3 could start")
+
+
+def _node(name: str, release: bool) -> NodeRuntime:
+    return NodeRuntime(
+        name=name,
+        origin=f"tests.{name}",
+        call=lambda: None,
+        args=(),
+        defaults={},
+        input_checks=(),
+        output_check=None,
+        retryable=(ConnectionError,),
+        output_type=object,
+        release=ReleaseRuntime(f"tests.{name}_release", lambda _: None, (OSError,))
+        if release
+        else None,
+    )
+
+
+def test_the_job_table_decodes_every_job_id_once() -> None:
+    table = JobTable([_node("conn", True), _node("query", False)])
+    assert len(table) == 4 and table.forward_count == 2
+    conn, query, conn_release, query_release = table
+    assert (conn.id, conn.forward, conn.owner, conn.subject) == (0, True, 0, "node 'conn'")
+    assert conn.retryable == (ConnectionError,) and conn.release is None
+    assert (query.id, query.owner, query.name) == (1, 1, "query")
+    assert (conn_release.id, conn_release.forward, conn_release.owner) == (2, False, 0)
+    assert conn_release.subject == "release of 'conn'" and conn_release.node is conn.node
+    assert conn_release.retryable == (OSError,) and conn_release.release is not None
+    assert query_release.release is None  # not an owner: the core never starts it
+
+
+def test_the_attempt_table_holds_several_live_attempts_of_a_job_and_grows() -> None:
+    from sdax_hamilton._executor.attempts import Attempt, AttemptTable
+
+    table = JobTable([_node("conn", True)])
+    attempts = AttemptTable(len(table))
+    first, second, third = (Attempt(table[0], number, None) for number in range(3))
+    for attempt in (first, second, third):
+        attempts.add(attempt)
+    assert list(attempts.live_of(0)) == [third, second, first]
+    attempts.end(second)  # one in the middle ends; the others stay live
+    assert list(attempts.live_of(0)) == [third, first]
+    attempts.end(third)
+    attempts.end(first)
+    assert list(attempts.live_of(0)) == [] and attempts.running == [None, None]
+    attempts.grow(2)  # jobs a run adds while it goes on
+    assert len(attempts.running) == len(attempts.sleeps) == 4
+    assert list(attempts.all_live()) == []
