@@ -24,6 +24,7 @@ import pytest
 import uvloop
 
 from sdax_hamilton import Driver, ExecutionError, RunEvent, failures
+from sdax_hamilton._executor import eager
 from sdax_hamilton.testing import jitter_seed
 
 LoopFactory = Callable[[], asyncio.AbstractEventLoop]
@@ -291,7 +292,9 @@ def test_an_eager_phase_takes_no_loop_iteration(loop: str, make_module: Any) -> 
         running = asyncio.get_running_loop()
         running.call_soon(ran.append, "callback")
         assert await plan.execute() == {"second": 2}
-        assert ran == []  # the callback queued before the run has not run yet
+        # The callback queued before the run has not run yet, unless this process takes
+        # the public-asyncio fallback (a queued first step, one loop iteration).
+        assert ran == ([] if eager.EAGER_PHASES else ["callback"])
         assert module.SEEN.get() == "unset"  # the node set it in the run's context copy
         assert "call_soon" not in getattr(running, "__dict__", {})
 
@@ -335,7 +338,7 @@ def test_a_node_runs_in_the_phase_task_from_its_first_step(loop: str, make_modul
 
 
 def test_the_catcher_of_a_first_step_keeps_one_call() -> None:
-    # Python 3.11's eager phase tasks (_driver/context.py, ``_phase_task``) use it.
+    # Python 3.11's eager phase tasks (_executor/eager.py) use it.
     from sdax_hamilton._core import StepCatcher
 
     catcher = StepCatcher()
@@ -387,7 +390,7 @@ def test_the_monotonic_clock_is_the_one_nodes_see() -> None:
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 def test_loops_in_threads_run_eager_phases_side_by_side(loop: str, make_module: Any) -> None:
     # Each thread's phase tasks catch their own first steps (3.11's catcher is one per
-    # thread, _driver/context.py): runs on loops in several threads at once all finish.
+    # thread, _executor/eager.py): runs on loops in several threads at once all finish.
     import threading
 
     module = make_module(QUICK)
@@ -417,3 +420,53 @@ def test_loops_in_threads_run_eager_phases_side_by_side(loop: str, make_module: 
         sys.setswitchinterval(interval)
     assert errors == []
     assert results == [{"second": 2}] * 1200
+
+
+_SWITCH_PROBE = """
+import asyncio, sys
+from sdax_hamilton._executor import eager
+print(eager.USES_PRIVATE_ASYNCIO, eager.EAGER_PHASES, eager.current_task is asyncio.current_task)
+"""
+
+
+@pytest.mark.parametrize("value", ["1", "0", ""])
+def test_the_public_asyncio_switch_rules_out_private_calls(value: str) -> None:
+    # SDAX_HAMILTON_PUBLIC_ASYNCIO (read at import, _executor/eager.py): set, no private
+    # asyncio call is taken; the fallback queues a phase task's first step (3.11), or
+    # starts it eagerly with public API (3.12+). CI runs the whole suite with it set.
+    import os
+    import subprocess
+
+    env = {**os.environ, "SDAX_HAMILTON_PUBLIC_ASYNCIO": value}
+    out = subprocess.run(
+        [sys.executable, "-c", _SWITCH_PROBE], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    private, eager_phases, public_current_task = (word == "True" for word in out)
+    switched = value not in ("", "0")
+    if sys.version_info >= (3, 12):
+        assert (private, eager_phases, public_current_task) == (False, True, True)
+    elif switched:
+        assert (private, eager_phases, public_current_task) == (False, False, True)
+    else:
+        assert (private, eager_phases, public_current_task) == (True, True, False)
+
+
+def test_the_fallback_runs_a_plan_with_a_queued_phase_task(
+    make_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The public-API path, taken in this process as the switch would: same results, the
+    # phase in a task of its own, the caller's queued callback run first.
+    module = make_module(QUICK)
+    plan = Driver(module).prepare(["second"])
+
+    async def main() -> None:
+        ran: list[str] = []
+        running = asyncio.get_running_loop()
+        running.call_soon(ran.append, "callback")
+        assert await plan.execute() == {"second": 2}
+        assert ran == ["callback"]  # the phase's first step waited its turn
+
+    from sdax_hamilton._executor import context
+
+    monkeypatch.setattr(context, "phase_task", eager._queued_phase_task)
+    _run("asyncio", main)
