@@ -1,17 +1,17 @@
-"""The run context: the phase and cancellation protocol of one run (``open_run``).
+"""The run context: one run (``open_run``), and the caller's side of its phase protocol.
 
 ``__aenter__`` runs the forward phase, ``__aexit__`` the cleanup; ``execute()`` runs both in
-one task. Each phase's coordinator runs in a task of its own (``eager.phase_task``) while the
-caller's task waits for it, so the caller's cancellations never land in a node or a
-release. The run's lifecycle is one ``Stage``; the driver's parts (``Calls``, ``Outcomes``)
-are made when the run first needs them. docs/internals.md ("How the driver carries out
+one task. Each phase's ``Coordinator`` runs in a task of its own (``eager.phase_task``)
+while the caller's task waits for it, so the caller's cancellations never land in a node or
+a release: they are recorded here and, in the forward phase, the first one is passed on.
+The run's lifecycle is one ``Stage``; the driver's parts (``Calls``, ``Outcomes``) are made
+when the run first needs them. docs/internals.md ("How the driver carries out
 STARTs") describes the protocol and why it has this shape.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import types
 from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
@@ -20,8 +20,9 @@ from typing import Any, Final, NoReturn
 from .. import _core
 from .._declarations import Acquisition
 from .._observe import observers_of
-from .attempts import Attempt, AttemptState, EventKind
+from .attempts import EventKind
 from .calls import Calls
+from .coordinator import Coordinator, Stage
 from .eager import current_task, phase_task
 from .jobs import JobTable
 from .outcomes import Outcomes
@@ -30,11 +31,6 @@ from .reporter import Reporter
 from .runtime import NodeRuntime
 
 _CancelledError: Final = asyncio.CancelledError
-_CALLED: Final = AttemptState.CALLED
-_TIMED_OUT: Final = AttemptState.TIMED_OUT
-_CANCELLED: Final = AttemptState.CANCELLED
-_CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
-_CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
 _running_loop: Final = asyncio.get_running_loop
 _wants_attempts: Final = Reporter.wants_attempts
 
@@ -42,26 +38,6 @@ JITTER_SEED: ContextVar[int | None] = ContextVar("sdax_hamilton_jitter_seed", de
 """Set by ``sdax_hamilton.testing.jitter_seed``: seeds every run opened meanwhile."""
 INSTANT_RETRIES: ContextVar[bool] = ContextVar("sdax_hamilton_instant_retries", default=False)
 """Set by ``sdax_hamilton.testing.instant_retries``: retry waits of runs opened meanwhile are 0."""
-
-
-class Stage(enum.IntEnum):
-    """Where a run stands; it only moves forward (the order is the lifecycle's)."""
-
-    NEW = 0
-    """Not entered yet."""
-    STARTING = 1
-    """The forward phase's task exists; its coordinator has not begun."""
-    FORWARD = 2
-    """The forward phase runs."""
-    ABORTING = 3
-    """The forward phase is being aborted at the caller's request (one cancellation passed
-    on to its task, unless it had not begun)."""
-    BETWEEN = 4
-    """The forward phase is over (``open()``: the body runs)."""
-    CLOSING = 5
-    """The shutdown phase: the caller's cancellations are cleanup's (recorded, absorbed)."""
-    DONE = 6
-    """Every phase is over."""
 
 
 _NEW: Final = Stage.NEW
@@ -225,7 +201,7 @@ class RunContext:
 
     async def __aenter__(self) -> dict[str, Any]:
         self._enter()
-        await self._phase(self._coordinate(None, False), _BETWEEN)
+        await self._phase(Coordinator(self).phase(None, False), _BETWEEN)
         record = self._record
         if record is None or record.clean:
             values = self._values
@@ -247,7 +223,7 @@ class RunContext:
         over within its task's first step and the caller has no cancellation pending,
         ``None`` when the caller must ``await execute_rest()``."""
         self._enter()
-        if not self._start_phase(self._coordinate(None, True), _DONE):
+        if not self._start_phase(Coordinator(self).phase(None, True), _DONE):
             return None
         return self._executed()
 
@@ -383,7 +359,7 @@ class RunContext:
         self._stage = _CLOSING
         commands = self._run.begin_shutdown()
         if commands or not self._run.finished:  # a release is owed: run them in a task
-            await self._phase(self._coordinate(commands, True), _DONE)
+            await self._phase(Coordinator(self).phase(commands, True), _DONE)
         self._stage = _DONE
 
     async def _phase(self, coordinator: Coroutine[Any, Any, None], until: Stage) -> None:
@@ -475,173 +451,6 @@ class RunContext:
         else:
             self._failures().caller_cancelled(_CancelledError(), False)
         self._phase_over(until)
-
-    async def _coordinate(self, commands: list[_core.Command] | None, through: bool) -> None:
-        """A phase's task: the forward phase (``commands`` is ``None``), followed by the
-        shutdown phase when ``through`` (``execute()``); or the shutdown phase alone, from
-        the core's first shutdown ``commands``. Carries out commands until the phase is
-        quiescent."""
-        forward_only = commands is None and not through
-        if self._stage is _STARTING:
-            self._stage = _FORWARD
-        loop = self._loop
-        task = current_task(loop)
-        assert task is not None
-        carrier = self._carrier
-        run = self._run
-        # With a carrier, the core's Run carries out lone STARTs in this task.
-        carrying = None
-        if carrier is not None:
-            carrying = (carrier, self._values, self._acquisitions, task, loop.time)
-        try:
-            if commands is None:
-                if self._begin_forward(carrying, task):
-                    await self._drive(task)
-                if not through:
-                    return
-                if self._observers is not None:
-                    self._report().shutdown_started()
-                self._stage = _CLOSING  # from here on the caller's cancellations are cleanup's
-                commands = run.begin_shutdown_or_finish()
-                if commands is None:  # the run is over; the Run has let the carrier go
-                    carrying = None
-                    return
-            elif carrying is not None:
-                run.carry_with(carrying)
-            calls = self._parts()
-            calls.task = task  # inline attempts and their timeouts use it
-            calls.execute(commands)
-            # A failure the core's Run handed back in them has a traceback whose frames
-            # link back to this one: keep no reference to it here (no cycle).
-            commands = None
-            await self._drive(task)
-        except BaseException as exc:  # nothing escapes a task into the loop
-            self._abandon(exc)
-            self._internal = exc
-        finally:
-            # The phase's task ends: its inline timer goes, no inline attempt is left to use
-            # the task, and the caller is woken.
-            if self._calls is not None:
-                self._calls.stop_inline_timer()
-            if carrying is not None:
-                carrying = None
-                run.carry_with(None)  # the Run refers to this task no more
-            self._phase_over(_BETWEEN if forward_only else _DONE)
-
-    def _begin_forward(self, carrying: Any, task: asyncio.Task[Any]) -> bool:
-        """Start the forward phase, carried out with ``carrying`` (``Run.carry_with``'s
-        argument) if not ``None``; whether it is still to be driven (``_drive``): not when
-        the core's Run carried out all of it, nor when the caller was cancelled before it
-        began (the request is then all there is)."""
-        run = self._run
-        if self._stage is _ABORTING:
-            if carrying is not None:
-                run.carry_with(carrying)  # for the shutdown phase that follows
-            return False
-        if self._deadline is not None:
-            run.clock(self._loop.time())
-        commands = run.start() if carrying is None else run.start_carried(carrying)
-        if commands:  # not all carried out by the core's Run
-            calls = self._parts()
-            calls.task = task
-            calls.execute(commands)
-            return True
-        return self._calls is not None or bool(run.pending)
-
-    async def _drive(self, task: asyncio.Task[Any]) -> None:
-        """Process events and carry out commands until the phase is quiescent."""
-        calls = self._parts()
-        outcomes = self._outcomes
-        assert outcomes is not None  # made with ``calls``
-        calls.task = task
-        table = calls.table
-        events = table.events
-        fresh = table.fresh
-        handle = outcomes.handle
-        run = self._run
-        while True:
-            while events:
-                handle(events.popleft())
-            if fresh:
-                shutdown = self._stage >= _CLOSING
-                if (
-                    len(fresh) == 1
-                    and table.live == 0
-                    and fresh[0].state is _CALLED  # not cancelled since the call
-                    and (table.sleeping == 0 if shutdown else run.pending == 1)
-                ):
-                    attempt = fresh.pop()
-                    raised, payload = await calls.inline(attempt)
-                    try:
-                        self._inline_over(attempt, raised, payload, task, outcomes)
-                    finally:
-                        # An exception's traceback holds this frame: no cycle through it.
-                        payload = None
-                else:
-                    calls.launch()
-                continue
-            if table.live == 0 and (run.finished if self._stage >= _CLOSING else not run.pending):
-                return
-            waiter = table.waiter = self._loop.create_future()
-            try:
-                await waiter
-            except _CancelledError as exc:
-                table.waiter = None
-                if self._stage >= _CLOSING:
-                    # Not the caller's (never passed on): someone cancelled our task.
-                    self._failures().caller_cancelled(exc, True)
-                    continue
-                if self._stage is not _ABORTING:  # not passed on by us: the caller's
-                    self._stage = _ABORTING
-                    self._failures().caller_cancelled(exc, False)
-                calls.execute(run.cancel())
-
-    def _inline_over(
-        self,
-        attempt: Attempt,
-        raised: bool,
-        payload: Any,
-        task: asyncio.Task[Any],
-        outcomes: Outcomes,
-    ) -> None:
-        """An attempt awaited inline has ended: tell which cancellations reached it, then
-        report its outcome (nothing else is running, so no event was queued meanwhile).
-
-        Only our timeout (taken back with ``uncancel()``) and the caller's cancellation,
-        passed on once, cancel the phase's task: a rise of its ``cancelling()`` count over
-        ``attempt.baseline`` is the caller's while the forward phase is aborted, and
-        otherwise someone else's (the attempt cancelling its own task).
-        """
-        timed_out = attempt.state is _TIMED_OUT
-        stage = self._stage
-        if stage >= _CLOSING:
-            if not timed_out and task.cancelling() > attempt.baseline:
-                # Someone cancelled the shutdown task (never the caller: its cancellations
-                # land on its own wait): recorded as a cancellation during cleanup.
-                self._failures().caller_cancelled(_CancelledError(), True)
-        elif stage is _ABORTING:
-            # The caller cancelled meanwhile (its own CancelledError is the primary already).
-            # The cancellation we passed on reached this attempt, unless it was held back
-            # because the attempt was draining its timeout. Marked before the core's CANCEL.
-            if timed_out:
-                attempt.state = _CANCELLED_TIMED_OUT
-            elif task.cancelling() > attempt.baseline:
-                attempt.state = _CANCELLED
-            else:
-                attempt.state = _CANCEL_MISSED
-            self._parts().execute(self._run.cancel())
-        if self._deadline is not None:
-            self._run.clock(self._loop.time())
-        if raised:
-            outcomes.raised(attempt, payload)
-        else:
-            outcomes.returned(attempt, payload)
-
-    def _abandon(self, exc: BaseException) -> None:
-        """Internal failure of the coordinator: stop everything we started (best effort)."""
-        self._report().run_finished(exc)
-        if self._calls is not None:
-            self._calls.abandon()
 
     # ----------------------------------------------------------------- cancellation
 
