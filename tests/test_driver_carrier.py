@@ -1,8 +1,10 @@
 """The inline carrier: the core's ``Run`` carries out lone STARTs itself (src/carry.rs).
 
-Without observers, DEBUG logging or a run timeout, a START that is the only pending job,
-has no timeout and is a first attempt is carried out inside the ``Run``: arguments, call,
-one step of the coroutine, value stored, next START. Whatever needs the driver (a failure,
+Without observers, DEBUG logging or a run timeout, a START that is the only command, the
+only pending job and a first attempt, with or without a timeout of its own, is carried out
+inside the ``Run``: arguments, call, one step of the coroutine, value stored, next START (a
+timeout cannot expire while nothing suspends; a call that suspends is handed back with the
+clocks read before it, and its timer counts from there). Whatever needs the driver (a failure,
 a suspension, an awaitable that is not a coroutine, a value to refuse) is handed back to
 it. Each case runs the same plan carried (no observer) and driver-only (an observer makes
 the driver carry out every attempt, to report it): what the caller sees must not differ,
