@@ -42,6 +42,47 @@ fn retry_delay(decided: Failure) -> Option<f64> {
     }
 }
 
+/// What the core decided about a `retry_after` hint (`Run.hinted`, `Run.hint_failed`).
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "HintDecision")]
+pub(crate) struct HintDecision {
+    /// The wait before the retry, or `None` when the failure is final (or was ignored).
+    #[pyo3(get)]
+    delay: Option<f64>,
+    /// The commands to carry out, in order.
+    #[pyo3(get)]
+    commands: Py<PyList>,
+    /// Why the hint was refused (the failure is final): what the hook returned, in words
+    /// that never include the value; `None` when it was not refused.
+    #[pyo3(get)]
+    refused: Option<String>,
+}
+
+#[pymethods]
+impl HintDecision {
+    fn __repr__(&self) -> String {
+        format!(
+            "HintDecision(delay={:?}, refused={:?})",
+            self.delay, self.refused
+        )
+    }
+}
+
+/// Why a hint the core refused was unusable: a value of another type (the bindings'
+/// classification) or a wait the policy cannot take (the core's).
+fn refusal(hint: &Bound<'_, PyAny>, classified: &Hint) -> String {
+    match classified {
+        Hint::Unusable => {
+            let kind = hint
+                .get_type()
+                .qualname()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| type_name(hint));
+            format!("returned a {kind} instead of a number or None")
+        }
+        _ => "returned an unusable wait (negative, NaN, or infinite without max_delay)".to_owned(),
+    }
+}
+
 /// `Run.carry_with`'s argument: `(carrier, values, acquisitions, task, clock)`.
 type CarryingArgs = (Py<PyCarrier>, Py<PyDict>, Py<PyList>, Py<PyAny>, Py<PyAny>);
 
@@ -96,6 +137,13 @@ impl PyRun {
             }
         }
         self.commands(py)
+    }
+
+    /// Whether the commands just decided refuse the hint of `job` (BAD_HINT).
+    fn refused(&self, job: i64) -> bool {
+        self.out
+            .iter()
+            .any(|c| c.op == Op::BadHint && i64::from(c.job) == job)
     }
 
     fn commands<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
@@ -218,8 +266,8 @@ impl PyRun {
         py: Python<'py>,
         job: &Bound<'py, PyAny>,
         hint: &Bound<'py, PyAny>,
-    ) -> PyResult<(Option<f64>, Bound<'py, PyList>)> {
-        let hint = if hint.is_none() {
+    ) -> PyResult<HintDecision> {
+        let classified = if hint.is_none() {
             Hint::Backoff
         } else if hint.is_exact_instance_of::<PyFloat>() || hint.is_exact_instance_of::<PyInt>() {
             // an int too large for a float is an infinite wait
@@ -227,24 +275,35 @@ impl PyRun {
         } else {
             Hint::Unusable
         };
+        let job = job_id(job, "hinted")?;
         let decided = self
             .core
-            .hinted(job_id(job, "hinted")?, hint, &mut self.out)
+            .hinted(job, classified, &mut self.out)
             .map_err(run_err)?;
-        Ok((retry_delay(decided), self.commands(py)?))
+        let refused = self.refused(job).then(|| refusal(hint, &classified));
+        Ok(HintDecision {
+            delay: retry_delay(decided),
+            commands: self.commands(py)?.unbind(),
+            refused,
+        })
     }
 
-    /// The job's `retry_after` hook raised: the failure is final.
+    /// The job's `retry_after` hook raised: the failure is final (``refused``: ``None``,
+    /// the caller knows what the hook raised).
     fn hint_failed<'py>(
         &mut self,
         py: Python<'py>,
         job: &Bound<'py, PyAny>,
-    ) -> PyResult<(Option<f64>, Bound<'py, PyList>)> {
+    ) -> PyResult<HintDecision> {
         let decided = self
             .core
             .hinted(job_id(job, "hint_failed")?, Hint::Unusable, &mut self.out)
             .map_err(run_err)?;
-        Ok((retry_delay(decided), self.commands(py)?))
+        Ok(HintDecision {
+            delay: retry_delay(decided),
+            commands: self.commands(py)?.unbind(),
+            refused: None,
+        })
     }
 
     /// Give the forward phase a deadline on the driver's clock (`None`: none).

@@ -712,3 +712,44 @@ def test_out_of_range_job_ids_are_reported_as_given() -> None:
         run.failed(2**70, True)
     with pytest.raises(RuntimeError, match=r"Run\.attempts: -1180591620717411303424 is not"):
         run.attempts(-(2**70))
+
+
+# --------------------------------------------------------------------------------------
+# retry_after hints: the core's decision comes with its reason (docs/internals.md)
+
+
+@pytest.mark.parametrize(
+    ("hint", "refused"),
+    [
+        (0.5, None),
+        (None, None),
+        (-1.0, "returned an unusable wait (negative, NaN, or infinite without max_delay)"),
+        (float("nan"), "returned an unusable wait (negative, NaN, or infinite without max_delay)"),
+        ("5", "returned a str instead of a number or None"),
+        (True, "returned a bool instead of a number or None"),
+    ],
+)
+def test_a_refused_hint_says_why(hint: object, refused: str | None) -> None:
+    policy = Policy(retries=1, retryable_exceptions=(OSError,), retry_after=lambda exc: None)
+    run = Run(plan_of(node("a", policy=policy), finals=("a",)))
+    [(_, a, _, _)] = run.start()
+    assert run.failed(a, True) == (None, [(_core.HINT, a, 0, None)])
+    decision = run.hinted(a, hint)
+    assert decision.refused == refused
+    if refused is None:
+        assert decision.delay is not None
+        assert [command[0] for command in decision.commands] == [SLEEP]
+    else:
+        assert decision.delay is None
+        assert [command[0] for command in decision.commands] == [_core.BAD_HINT]
+    assert "HintDecision(" in repr(decision)
+
+
+def test_a_hook_that_raised_is_refused_without_a_reason_of_the_core() -> None:
+    policy = Policy(retries=1, retryable_exceptions=(OSError,), retry_after=lambda exc: None)
+    run = Run(plan_of(node("a", policy=policy), finals=("a",)))
+    [(_, a, _, _)] = run.start()
+    run.failed(a, True)
+    decision = run.hint_failed(a)
+    assert (decision.delay, decision.refused) == (None, None)
+    assert [command[0] for command in decision.commands] == [_core.BAD_HINT]

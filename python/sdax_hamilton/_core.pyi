@@ -224,6 +224,22 @@ class Plan:
     def __len__(self) -> int: ...
 
 @final
+class HintDecision:
+    """What the core decided about a retry_after hint (``Run.hinted``, ``Run.hint_failed``)."""
+
+    @property
+    def delay(self) -> float | None:
+        """The wait before the retry; ``None`` when the failure is final or was ignored."""
+    @property
+    def commands(self) -> list[Command]:
+        """The commands to carry out, in order."""
+    @property
+    def refused(self) -> str | None:
+        """Why the hint was refused, in words that never include the value (``returned a
+        str instead of a number or None``, ``returned an unusable wait (...)``); ``None``
+        when it was not refused."""
+
+@final
 class Run:
     """Scheduling state of one execution of a ``Plan``; not thread-safe, loop-thread only.
 
@@ -256,15 +272,17 @@ class Run:
         phase: CANCEL for running jobs, STOP_SLEEP for waiting ones, nothing new starts. A
         failed release does not stop the others.
         """
-    def hinted(self, job: int, hint: object) -> tuple[float | None, list[Command]]:
-        """What the job's retry_after hook returned after a HINT; returns ``(delay,
-        commands)`` like ``failed``. An int/float (not bool) is the wait (capped by
+    def hinted(self, job: int, hint: object) -> HintDecision:
+        """What the job's retry_after hook returned after a HINT; the decision's ``delay``
+        and ``commands`` are as ``failed``'s. An int/float (not bool) is the wait (capped by
         ``max_delay``, no jitter; 0 with instant retries); ``None`` asks for the backoff
         wait; NaN, a negative value, an infinite one without a cap or any other object is
-        unusable (BAD_HINT, the failure is final). A forward wait is checked against the
-        deadline (NO_ROOM). Ignored when the run aborted meanwhile (``delay`` ``None``)."""
-    def hint_failed(self, job: int) -> tuple[float | None, list[Command]]:
-        """The job's retry_after hook raised after a HINT: BAD_HINT, the failure is final."""
+        unusable (BAD_HINT, the failure is final, ``refused`` says why). A forward wait is
+        checked against the deadline (NO_ROOM). Ignored when the run aborted meanwhile
+        (``delay`` ``None``)."""
+    def hint_failed(self, job: int) -> HintDecision:
+        """The job's retry_after hook raised after a HINT: BAD_HINT, the failure is final
+        (``refused`` is ``None``: the caller knows what the hook raised)."""
     def set_deadline(self, at: float | None) -> None:
         """Give the forward phase a deadline ``at`` on the clock of ``clock`` (``None`` or
         a non-finite value: none). Call before ``start``."""

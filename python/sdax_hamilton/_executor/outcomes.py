@@ -44,9 +44,7 @@ _EXPIRED: Final = EventKind.EXPIRED
 _FAILED: Final = Verdict.FAILED
 _HINT: Final = _core.HINT
 _NO_ROOM: Final = _core.NO_ROOM
-_BAD_HINT: Final = _core.BAD_HINT
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
-_UNUSABLE_WAIT: Final = "an unusable wait (negative, NaN, or infinite without max_delay)"
 
 
 class Outcomes:
@@ -227,20 +225,14 @@ class Outcomes:
                 attach_failures(exc, (hook_error,))
             if self._timed:
                 run.clock(self._loop.time())
-            delay, commands = run.hint_failed(job.id)
-            return delay, commands, problem
+            decision = run.hint_failed(job.id)
+            return decision.delay, decision.commands, problem
         if type(value) is _CoroutineType:
             value.close()  # an async hook: unusable (it is called, never awaited)
         if self._timed:
             run.clock(self._loop.time())
-        delay, commands = run.hinted(job.id, value)
-        if delay is None and any(op == _BAD_HINT for op, *_ in commands):
-            kind = type(value)
-            if kind is int or kind is float:
-                problem = f"returned {_UNUSABLE_WAIT}"
-            else:
-                problem = f"returned a {kind.__qualname__} instead of a number or None"
-        return delay, commands, problem
+        decision = run.hinted(job.id, value)  # the core says why it refused a hint
+        return decision.delay, decision.commands, decision.refused
 
     def _note_why(
         self,
