@@ -188,7 +188,7 @@ async def test_an_inline_attempt_is_cancelled_once_however_often_the_caller_is()
     assert runner.task.cancelled()
     assert journal.entries == ["cancelled", "close"]
     (task,) = ran_in
-    assert task is not first and coordinator_of(task) == "Coordinator.phase"
+    assert task is not first and coordinator_of(task) == "coordinate"
 
 
 async def test_a_caller_cancel_while_an_inline_attempt_drains_its_timeout_is_not_delivered() -> (

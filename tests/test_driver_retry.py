@@ -419,5 +419,5 @@ async def test_inline_timeouts_stay_per_attempt_along_a_chain() -> None:
     assert type(leaf) is TimeoutError
     assert "sdax_hamilton: node 'stuck' failed after 1 attempt" in notes(leaf)
     assert len(ran_in) == 3 and len(set(ran_in)) == 1  # inline: all in the forward task
-    assert ran_in[0] is not me and coordinator_of(ran_in[0]) == "Coordinator.phase"
+    assert ran_in[0] is not me and coordinator_of(ran_in[0]) == "coordinate"
     assert me is not None and me.cancelling() == 0

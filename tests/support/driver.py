@@ -208,7 +208,7 @@ class Mode:
         assert all(task is not None and task is not me for task in self.tasks)
         coordinators = {coordinator_of(task) for task in self.tasks}
         if self.name == "inline":
-            assert coordinators == {"Coordinator.phase"}
+            assert coordinators == {"coordinate"}
             assert len(set(self.tasks)) == 1  # every attempt in the one forward task
         else:
             assert coordinators == {"Calls._attempt_task"}

@@ -1,12 +1,12 @@
 """The run context: one run (``open_run``), and the caller's side of its phase protocol.
 
 ``__aenter__`` runs the forward phase, ``__aexit__`` the cleanup; ``execute()`` runs both in
-one task. Each phase's ``Coordinator`` runs in a task of its own (``eager.phase_task``)
-while the caller's task waits for it, so the caller's cancellations never land in a node or
-a release: they are recorded here and, in the forward phase, the first one is passed on.
-The run's lifecycle is one ``Stage``; the driver's parts (``Calls``, ``Outcomes``) are made
-when the run first needs them. docs/internals.md ("How the driver carries out
-STARTs") describes the protocol and why it has this shape.
+one task. Each phase's coordinator (``coordinator.coordinate``) runs in a task of its own
+(``eager.phase_task``) while the caller's task waits for it, so the caller's cancellations
+never land in a node or a release: they are recorded here and, in the forward phase, the
+first one is passed on. The run's lifecycle is one ``Stage``; the executor's parts
+(``Calls``, ``Outcomes``) are made when the run first needs them. docs/internals.md ("How
+the driver carries out STARTs") describes the protocol and why it has this shape.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from .._declarations import Acquisition
 from .._observe import observers_of
 from .attempts import EventKind
 from .calls import Calls
-from .coordinator import Coordinator, Stage
+from .coordinator import Stage, coordinate
 from .eager import current_task, phase_task
 from .jobs import JobTable
 from .outcomes import Outcomes
@@ -201,7 +201,7 @@ class RunContext:
 
     async def __aenter__(self) -> dict[str, Any]:
         self._enter()
-        await self._phase(Coordinator(self).phase(None, False), _BETWEEN)
+        await self._phase(coordinate(self, None, False), _BETWEEN)
         record = self._record
         if record is None or record.clean:
             values = self._values
@@ -223,7 +223,7 @@ class RunContext:
         over within its task's first step and the caller has no cancellation pending,
         ``None`` when the caller must ``await execute_rest()``."""
         self._enter()
-        if not self._start_phase(Coordinator(self).phase(None, True), _DONE):
+        if not self._start_phase(coordinate(self, None, True), _DONE):
             return None
         return self._executed()
 
@@ -359,7 +359,7 @@ class RunContext:
         self._stage = _CLOSING
         commands = self._run.begin_shutdown()
         if commands or not self._run.finished:  # a release is owed: run them in a task
-            await self._phase(Coordinator(self).phase(commands, True), _DONE)
+            await self._phase(coordinate(self, commands, True), _DONE)
         self._stage = _DONE
 
     async def _phase(self, coordinator: Coroutine[Any, Any, None], until: Stage) -> None:

@@ -1,12 +1,13 @@
 """The coordinator: a run's phase carried out in the phase's own task.
 
-One ``Coordinator`` per phase task (``RunContext`` makes it and hands its ``phase()`` to
-``eager.phase_task``): it starts the forward phase (or the shutdown phase), carries out the
-core's commands through ``Calls``, feeds ``Outcomes`` the events the attempts post, awaits a
-lone attempt inline, and takes the cancellations that land on its own wait. It moves the
-run's ``Stage`` the way the phase goes; the caller's side of the protocol (waiting for the
-phase, passing a cancellation on) is ``RunContext``'s. docs/internals.md, "How the driver
-carries out STARTs", gives the reasons.
+``coordinate(run, commands, through)`` is the coroutine of a run's phase task (``RunContext``
+hands it to ``eager.phase_task``). It starts the forward phase (or the shutdown phase),
+carries out the core's commands through ``Calls``, feeds ``Outcomes`` the events the
+attempts post, awaits a lone attempt inline, and takes the cancellations that land on its
+own wait. It moves the run's ``Stage`` as the phase goes; the caller's side of the
+protocol (waiting for the phase, passing a cancellation on) is ``RunContext``'s. It reaches
+the run through ``PhaseOwner``, so this module imports nothing that imports it.
+docs/internals.md, "How the driver carries out STARTs", gives the reasons.
 """
 
 from __future__ import annotations
@@ -82,182 +83,173 @@ class PhaseOwner(Protocol):
     def _phase_over(self, stage: Stage) -> None: ...
 
 
-class Coordinator:
-    """Carries out one phase of a run (or, for ``execute()``, both) in the phase's task."""
-
-    __slots__ = ("_ctx",)
-
-    def __init__(self, ctx: PhaseOwner) -> None:
-        self._ctx = ctx
-
-    async def phase(self, commands: list[_core.Command] | None, through: bool) -> None:
-        """A phase's task: the forward phase (``commands`` is ``None``), followed by the
-        shutdown phase when ``through`` (``execute()``); or the shutdown phase alone, from
-        the core's first shutdown ``commands``. Carries out commands until the phase is
-        quiescent."""
-        ctx = self._ctx
-        forward_only = commands is None and not through
-        if ctx._stage is _STARTING:
-            ctx._stage = _FORWARD
-        loop = ctx._loop
-        task = current_task(loop)
-        assert task is not None
-        carrier = ctx._carrier
-        run = ctx._run
-        # With a carrier, the core's Run carries out lone STARTs in this task.
-        carrying = None
-        if carrier is not None:
-            carrying = (carrier, ctx._values, ctx._acquisitions, task, loop.time)
-        try:
-            if commands is None:
-                if self._begin_forward(carrying, task):
-                    await self._drive(task)
-                if not through:
-                    return
-                if ctx._observers is not None:
-                    ctx._report().shutdown_started()
-                ctx._stage = _CLOSING  # from here on the caller's cancellations are cleanup's
-                commands = run.begin_shutdown_or_finish()
-                if commands is None:  # the run is over; the Run has let the carrier go
-                    carrying = None
-                    return
-            elif carrying is not None:
-                run.carry_with(carrying)
-            calls = ctx._parts()
-            calls.task = task  # inline attempts and their timeouts use it
-            calls.execute(commands)
-            # A failure the core's Run handed back in them has a traceback whose frames
-            # link back to this one: keep no reference to it here (no cycle).
-            commands = None
-            await self._drive(task)
-        except BaseException as exc:  # nothing escapes a task into the loop
-            self._abandon(exc)
-            ctx._internal = exc
-        finally:
-            # The phase's task ends: its inline timer goes, no inline attempt is left to use
-            # the task, and the caller is woken.
-            if ctx._calls is not None:
-                ctx._calls.stop_inline_timer()
-            if carrying is not None:
-                carrying = None
-                run.carry_with(None)  # the Run refers to this task no more
-            ctx._phase_over(_BETWEEN if forward_only else _DONE)
-
-    def _begin_forward(self, carrying: Any, task: asyncio.Task[Any]) -> bool:
-        """Start the forward phase, carried out with ``carrying`` (``Run.carry_with``'s
-        argument) if not ``None``; whether it is still to be driven (``_drive``): not when
-        the core's Run carried out all of it, nor when the caller was cancelled before it
-        began (the request is then all there is)."""
-        ctx = self._ctx
-        run = ctx._run
-        if ctx._stage is _ABORTING:
-            if carrying is not None:
-                run.carry_with(carrying)  # for the shutdown phase that follows
-            return False
-        if ctx._deadline is not None:
-            run.clock(ctx._loop.time())
-        commands = run.start() if carrying is None else run.start_carried(carrying)
-        if commands:  # not all carried out by the core's Run
-            calls = ctx._parts()
-            calls.task = task
-            calls.execute(commands)
-            return True
-        return ctx._calls is not None or bool(run.pending)
-
-    async def _drive(self, task: asyncio.Task[Any]) -> None:
-        """Process events and carry out commands until the phase is quiescent."""
-        ctx = self._ctx
-        calls = ctx._parts()
-        outcomes = ctx._outcomes
-        assert outcomes is not None  # made with ``calls``
-        calls.task = task
-        table = calls.table
-        events = table.events
-        fresh = table.fresh
-        handle = outcomes.handle
-        run = ctx._run
-        while True:
-            while events:
-                handle(events.popleft())
-            if fresh:
-                shutdown = ctx._stage >= _CLOSING
-                if (
-                    len(fresh) == 1
-                    and table.live == 0
-                    and fresh[0].state is _CALLED  # not cancelled since the call
-                    and (table.sleeping == 0 if shutdown else run.pending == 1)
-                ):
-                    attempt = fresh.pop()
-                    raised, payload = await calls.inline(attempt)
-                    try:
-                        self._inline_over(attempt, raised, payload, task, outcomes)
-                    finally:
-                        # An exception's traceback holds this frame: no cycle through it.
-                        payload = None
-                else:
-                    calls.launch()
-                continue
-            if table.live == 0 and (run.finished if ctx._stage >= _CLOSING else not run.pending):
+async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, through: bool) -> None:
+    """A phase's task: the forward phase (``commands`` is ``None``), followed by the
+    shutdown phase when ``through`` (``execute()``); or the shutdown phase alone, from
+    the core's first shutdown ``commands``. Carries out commands until the phase is
+    quiescent."""
+    forward_only = commands is None and not through
+    if ctx._stage is _STARTING:
+        ctx._stage = _FORWARD
+    loop = ctx._loop
+    task = current_task(loop)
+    assert task is not None
+    carrier = ctx._carrier
+    run = ctx._run
+    # With a carrier, the core's Run carries out lone STARTs in this task.
+    carrying = None
+    if carrier is not None:
+        carrying = (carrier, ctx._values, ctx._acquisitions, task, loop.time)
+    try:
+        if commands is None:
+            if _begin_forward(ctx, carrying, task):
+                await _drive(ctx, task)
+            if not through:
                 return
-            waiter = table.waiter = ctx._loop.create_future()
-            try:
-                await waiter
-            except _CancelledError as exc:
-                table.waiter = None
-                if ctx._stage >= _CLOSING:
-                    # Not the caller's (never passed on): someone cancelled our task.
-                    ctx._failures().caller_cancelled(exc, True)
-                    continue
-                if ctx._stage is not _ABORTING:  # not passed on by us: the caller's
-                    ctx._stage = _ABORTING
-                    ctx._failures().caller_cancelled(exc, False)
-                calls.execute(run.cancel())
-
-    def _inline_over(
-        self,
-        attempt: Attempt,
-        raised: bool,
-        payload: Any,
-        task: asyncio.Task[Any],
-        outcomes: Outcomes,
-    ) -> None:
-        """An attempt awaited inline has ended: tell which cancellations reached it, then
-        report its outcome (nothing else is running, so no event was queued meanwhile).
-
-        Only our timeout (taken back with ``uncancel()``) and the caller's cancellation,
-        passed on once, cancel the phase's task: a rise of its ``cancelling()`` count over
-        ``attempt.baseline`` is the caller's while the forward phase is aborted, and
-        otherwise someone else's (the attempt cancelling its own task).
-        """
-        ctx = self._ctx
-        timed_out = attempt.state is _TIMED_OUT
-        stage = ctx._stage
-        if stage >= _CLOSING:
-            if not timed_out and task.cancelling() > attempt.baseline:
-                # Someone cancelled the shutdown task (never the caller: its cancellations
-                # land on its own wait): recorded as a cancellation during cleanup.
-                ctx._failures().caller_cancelled(_CancelledError(), True)
-        elif stage is _ABORTING:
-            # The caller cancelled meanwhile (its own CancelledError is the primary already).
-            # The cancellation we passed on reached this attempt, unless it was held back
-            # because the attempt was draining its timeout. Marked before the core's CANCEL.
-            if timed_out:
-                attempt.state = _CANCELLED_TIMED_OUT
-            elif task.cancelling() > attempt.baseline:
-                attempt.state = _CANCELLED
-            else:
-                attempt.state = _CANCEL_MISSED
-            ctx._parts().execute(ctx._run.cancel())
-        if ctx._deadline is not None:
-            ctx._run.clock(ctx._loop.time())
-        if raised:
-            outcomes.raised(attempt, payload)
-        else:
-            outcomes.returned(attempt, payload)
-
-    def _abandon(self, exc: BaseException) -> None:
-        """Internal failure of the coordinator: stop everything we started (best effort)."""
-        ctx = self._ctx
-        ctx._report().run_finished(exc)
+            if ctx._observers is not None:
+                ctx._report().shutdown_started()
+            ctx._stage = _CLOSING  # from here on the caller's cancellations are cleanup's
+            commands = run.begin_shutdown_or_finish()
+            if commands is None:  # the run is over; the Run has let the carrier go
+                carrying = None
+                return
+        elif carrying is not None:
+            run.carry_with(carrying)
+        calls = ctx._parts()
+        calls.task = task  # inline attempts and their timeouts use it
+        calls.execute(commands)
+        # A failure the core's Run handed back in them has a traceback whose frames
+        # link back to this one: keep no reference to it here (no cycle).
+        commands = None
+        await _drive(ctx, task)
+    except BaseException as exc:  # nothing escapes a task into the loop
+        _abandon(ctx, exc)
+        ctx._internal = exc
+    finally:
+        # The phase's task ends: its inline timer goes, no inline attempt is left to use
+        # the task, and the caller is woken.
         if ctx._calls is not None:
-            ctx._calls.abandon()
+            ctx._calls.stop_inline_timer()
+        if carrying is not None:
+            carrying = None
+            run.carry_with(None)  # the Run refers to this task no more
+        ctx._phase_over(_BETWEEN if forward_only else _DONE)
+
+
+def _begin_forward(ctx: PhaseOwner, carrying: Any, task: asyncio.Task[Any]) -> bool:
+    """Start the forward phase, carried out with ``carrying`` (``Run.carry_with``'s
+    argument) if not ``None``; whether it is still to be driven (``_drive``): not when
+    the core's Run carried out all of it, nor when the caller was cancelled before it
+    began (the request is then all there is)."""
+    run = ctx._run
+    if ctx._stage is _ABORTING:
+        if carrying is not None:
+            run.carry_with(carrying)  # for the shutdown phase that follows
+        return False
+    if ctx._deadline is not None:
+        run.clock(ctx._loop.time())
+    commands = run.start() if carrying is None else run.start_carried(carrying)
+    if commands:  # not all carried out by the core's Run
+        calls = ctx._parts()
+        calls.task = task
+        calls.execute(commands)
+        return True
+    return ctx._calls is not None or bool(run.pending)
+
+
+async def _drive(ctx: PhaseOwner, task: asyncio.Task[Any]) -> None:
+    """Process events and carry out commands until the phase is quiescent."""
+    calls = ctx._parts()
+    outcomes = ctx._outcomes
+    assert outcomes is not None  # made with ``calls``
+    calls.task = task
+    table = calls.table
+    events = table.events
+    fresh = table.fresh
+    handle = outcomes.handle
+    run = ctx._run
+    while True:
+        while events:
+            handle(events.popleft())
+        if fresh:
+            shutdown = ctx._stage >= _CLOSING
+            if (
+                len(fresh) == 1
+                and table.live == 0
+                and fresh[0].state is _CALLED  # not cancelled since the call
+                and (table.sleeping == 0 if shutdown else run.pending == 1)
+            ):
+                attempt = fresh.pop()
+                raised, payload = await calls.inline(attempt)
+                try:
+                    _inline_over(ctx, attempt, raised, payload, task, outcomes)
+                finally:
+                    # An exception's traceback holds this frame: no cycle through it.
+                    payload = None
+            else:
+                calls.launch()
+            continue
+        if table.live == 0 and (run.finished if ctx._stage >= _CLOSING else not run.pending):
+            return
+        waiter = table.waiter = ctx._loop.create_future()
+        try:
+            await waiter
+        except _CancelledError as exc:
+            table.waiter = None
+            if ctx._stage >= _CLOSING:
+                # Not the caller's (never passed on): someone cancelled our task.
+                ctx._failures().caller_cancelled(exc, True)
+                continue
+            if ctx._stage is not _ABORTING:  # not passed on by us: the caller's
+                ctx._stage = _ABORTING
+                ctx._failures().caller_cancelled(exc, False)
+            calls.execute(run.cancel())
+
+
+def _inline_over(
+    ctx: PhaseOwner,
+    attempt: Attempt,
+    raised: bool,
+    payload: Any,
+    task: asyncio.Task[Any],
+    outcomes: Outcomes,
+) -> None:
+    """An attempt awaited inline has ended: tell which cancellations reached it, then
+    report its outcome (nothing else is running, so no event was queued meanwhile).
+
+    Only our timeout (taken back with ``uncancel()``) and the caller's cancellation,
+    passed on once, cancel the phase's task: a rise of its ``cancelling()`` count over
+    ``attempt.baseline`` is the caller's while the forward phase is aborted, and
+    otherwise someone else's (the attempt cancelling its own task).
+    """
+    timed_out = attempt.state is _TIMED_OUT
+    stage = ctx._stage
+    if stage >= _CLOSING:
+        if not timed_out and task.cancelling() > attempt.baseline:
+            # Someone cancelled the shutdown task (never the caller: its cancellations
+            # land on its own wait): recorded as a cancellation during cleanup.
+            ctx._failures().caller_cancelled(_CancelledError(), True)
+    elif stage is _ABORTING:
+        # The caller cancelled meanwhile (its own CancelledError is the primary already).
+        # The cancellation we passed on reached this attempt, unless it was held back
+        # because the attempt was draining its timeout. Marked before the core's CANCEL.
+        if timed_out:
+            attempt.state = _CANCELLED_TIMED_OUT
+        elif task.cancelling() > attempt.baseline:
+            attempt.state = _CANCELLED
+        else:
+            attempt.state = _CANCEL_MISSED
+        ctx._parts().execute(ctx._run.cancel())
+    if ctx._deadline is not None:
+        ctx._run.clock(ctx._loop.time())
+    if raised:
+        outcomes.raised(attempt, payload)
+    else:
+        outcomes.returned(attempt, payload)
+
+
+def _abandon(ctx: PhaseOwner, exc: BaseException) -> None:
+    """Internal failure of the coordinator: stop everything we started (best effort)."""
+    ctx._report().run_finished(exc)
+    if ctx._calls is not None:
+        ctx._calls.abandon()
