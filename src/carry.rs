@@ -15,11 +15,11 @@
 //! * a call that raised, a coroutine that suspended, an awaitable that is not a coroutine,
 //!   or a value that needs the driver (an output check that fails, a release that returned
 //!   something, a release that cancelled its own task) comes back as one `CARRIED` command
-//!   `(CARRIED, job, kind, (payload, extra, timeout, started))` for the driver to go on
-//!   with; `extra` is the node's keyword arguments (kept for its retries) or, for a release
-//!   whose coroutine was stepped, its phase task's cancellation count before the call
-//!   (`None` otherwise); `timeout` is the START's, and `started` the loop's and the
-//!   monotonic clock's time before the call when it has one (its timer counts from there).
+//!   `(CARRIED, job, 0, HandBack)` for the driver to go on with: `HandBack` names how the
+//!   call ended, what it raised, returned or yielded, a node's keyword arguments (kept for
+//!   its retries), a stepped release's phase-task cancellation count before the call, the
+//!   START's timeout and, with one, the loop's and the monotonic clock's time before the
+//!   call (its timer counts from there).
 //!
 //! A timeout cannot expire while a call runs without suspending (timers need the loop), so
 //! a START with one is carried out too; only a suspended call needs its timer.
@@ -38,7 +38,7 @@ use crate::check::{all_pass, Check};
 /// The opcode of a carried START handed back (outside the core's `Op` range).
 pub(crate) const CARRIED: u8 = 0x80;
 
-/// How a carried START ended, when the driver must go on with it (`CARRIED`'s `attempt`).
+/// How a carried START ended, when the driver must go on with it (`HandBack.how`).
 pub(crate) const RAISED: u32 = 0;
 pub(crate) const RETURNED: u32 = 1;
 pub(crate) const SUSPENDED: u32 = 2;
@@ -202,8 +202,85 @@ pub(crate) enum Carried<'py> {
     Done,
     /// The START was not carried out: leave it to the driver.
     Declined,
-    /// Carried out; the driver goes on with it: `(kind, payload, extra)`.
-    HandBack(u32, Bound<'py, PyAny>, Bound<'py, PyAny>),
+    /// Carried out; the driver goes on with it.
+    HandBack(Back<'py>),
+}
+
+/// What a carried call hands back to the driver, before the caller adds the START's
+/// timeout and clocks (`HandBack`).
+pub(crate) struct Back<'py> {
+    pub(crate) how: u32,
+    pub(crate) payload: Bound<'py, PyAny>,
+    pub(crate) yielded: Option<Bound<'py, PyAny>>,
+    pub(crate) kwargs: Option<Bound<'py, PyAny>>,
+    pub(crate) cancelling: Option<i64>,
+}
+
+/// A carried START handed back to the driver: the `arg` of a `CARRIED` command.
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "HandBack")]
+pub(crate) struct HandBack {
+    /// How the call ended: `CARRIED_RAISED`, `_RETURNED`, `_SUSPENDED` or `_AWAITABLE`.
+    #[pyo3(get)]
+    how: u32,
+    /// What it raised or returned; the coroutine that suspended; the awaitable returned.
+    #[pyo3(get)]
+    payload: Py<PyAny>,
+    /// What a suspended coroutine's first step yielded (`None` otherwise).
+    #[pyo3(get)]
+    yielded: Option<Py<PyAny>>,
+    /// A node's keyword arguments (kept for its retries); `None` for a release.
+    #[pyo3(get)]
+    kwargs: Option<Py<PyAny>>,
+    /// For a release whose coroutine was stepped: its phase task's `cancelling()` count
+    /// before the call (the driver tells whether the release cancelled its own task).
+    #[pyo3(get)]
+    cancelling: Option<i64>,
+    /// The START's timeout.
+    #[pyo3(get)]
+    timeout: Option<f64>,
+    /// `(loop time, monotonic time)` before the call, when it has a timeout (its timer
+    /// counts from there); `None` otherwise.
+    #[pyo3(get)]
+    started: Option<Py<PyAny>>,
+}
+
+impl HandBack {
+    pub(crate) fn new(
+        back: Back<'_>,
+        timeout: Option<f64>,
+        started: Option<Bound<'_, PyAny>>,
+    ) -> Self {
+        HandBack {
+            how: back.how,
+            payload: back.payload.unbind(),
+            yielded: back.yielded.map(Bound::unbind),
+            kwargs: back.kwargs.map(Bound::unbind),
+            cancelling: back.cancelling,
+            timeout,
+            started: started.map(Bound::unbind),
+        }
+    }
+}
+
+#[pymethods]
+impl HandBack {
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.payload)?;
+        if let Some(yielded) = &self.yielded {
+            visit.call(yielded)?;
+        }
+        if let Some(kwargs) = &self.kwargs {
+            visit.call(kwargs)?;
+        }
+        if let Some(started) = &self.started {
+            visit.call(started)?;
+        }
+        Ok(())
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<HandBack how={} timeout={:?}>", self.how, self.timeout)
+    }
 }
 
 /// Step a coroutine once: `Ok(Ok(value))` when it returned, `Ok(Err(yielded))` when it
@@ -314,8 +391,8 @@ impl NodeCall {
 enum Settled<'py> {
     /// A value, and whether it came from stepping a coroutine.
     Value(Bound<'py, PyAny>, bool),
-    /// `(kind, payload, stepped)`: the driver goes on with it.
-    Back(u32, Bound<'py, PyAny>, bool),
+    /// `(how, payload, yielded, stepped)`: the driver goes on with it.
+    Back(u32, Bound<'py, PyAny>, Option<Bound<'py, PyAny>>, bool),
 }
 
 impl PyCarrier {
@@ -327,16 +404,13 @@ impl PyCarrier {
     fn settle<'py>(&self, py: Python<'py>, outcome: PyResult<Bound<'py, PyAny>>) -> Settled<'py> {
         let result = match outcome {
             Ok(result) => result,
-            Err(e) => return Settled::Back(RAISED, exception(e, py), false),
+            Err(e) => return Settled::Back(RAISED, exception(e, py), None, false),
         };
         if result.get_type().is(self.coroutine_type.bind(py)) {
             return match step(&result) {
                 Ok(Ok(value)) => Settled::Value(value, true),
-                Ok(Err(yielded)) => match PyTuple::new(py, [result, yielded]) {
-                    Ok(payload) => Settled::Back(SUSPENDED, payload.into_any(), true),
-                    Err(e) => Settled::Back(RAISED, exception(e, py), true),
-                },
-                Err(e) => Settled::Back(RAISED, exception(e, py), true),
+                Ok(Err(yielded)) => Settled::Back(SUSPENDED, result, Some(yielded), true),
+                Err(e) => Settled::Back(RAISED, exception(e, py), None, true),
             };
         }
         match self
@@ -346,8 +420,8 @@ impl PyCarrier {
             .and_then(|a| a.is_truthy())
         {
             Ok(false) => Settled::Value(result, false),
-            Ok(true) => Settled::Back(AWAITABLE, result, false),
-            Err(e) => Settled::Back(RAISED, exception(e, py), false),
+            Ok(true) => Settled::Back(AWAITABLE, result, None, false),
+            Err(e) => Settled::Back(RAISED, exception(e, py), None, false),
         }
     }
 
@@ -382,14 +456,27 @@ impl PyCarrier {
         // A hand-back carries the keyword arguments (the driver's retries use them).
         let value = match settled {
             Settled::Value(value, _) => value,
-            Settled::Back(kind, payload, _) => {
-                return Ok(Carried::HandBack(kind, payload, passed.keywords(node)?));
+            Settled::Back(how, payload, yielded, _) => {
+                let kwargs = Some(passed.keywords(node)?);
+                return Ok(Carried::HandBack(Back {
+                    how,
+                    payload,
+                    yielded,
+                    kwargs,
+                    cancelling: None,
+                }));
             }
         };
         if let Some(check) = &node.output_check {
             if !check.passes(&value)? {
                 // the driver checks again and reports the failure
-                return Ok(Carried::HandBack(RETURNED, value, passed.keywords(node)?));
+                return Ok(Carried::HandBack(Back {
+                    how: RETURNED,
+                    payload: value,
+                    yielded: None,
+                    kwargs: Some(passed.keywords(node)?),
+                    cancelling: None,
+                }));
             }
         }
         if node.owned {
@@ -424,24 +511,30 @@ impl PyCarrier {
         // does); a plain function's result is not awaited, and nothing is checked.
         let task = carrying.task.bind(py);
         let cancelling = intern!(py, "cancelling");
-        let count = task.call_method0(cancelling)?;
-        let none = py.None().into_bound(py);
+        let before: i64 = task.call_method0(cancelling)?.extract()?;
+        let back = |how, payload, yielded, stepped: bool| {
+            Carried::HandBack(Back {
+                how,
+                payload,
+                yielded,
+                kwargs: None,
+                cancelling: stepped.then_some(before),
+            })
+        };
         let (value, stepped) = match self.settle(py, release.bind(py).call1((record,))) {
             Settled::Value(value, stepped) => (value, stepped),
-            Settled::Back(kind, payload, stepped) => {
-                let extra = if stepped { count } else { none };
-                return Ok(Carried::HandBack(kind, payload, extra));
+            Settled::Back(how, payload, yielded, stepped) => {
+                return Ok(back(how, payload, yielded, stepped));
             }
         };
         if stepped {
-            let before: i64 = count.extract()?;
             let after: i64 = task.call_method0(cancelling)?.extract()?;
             if after > before {
-                return Ok(Carried::HandBack(RETURNED, value, count));
+                return Ok(back(RETURNED, value, None, true));
             }
         }
         if !value.is_none() {
-            return Ok(Carried::HandBack(RETURNED, value, none)); // refused by the driver
+            return Ok(back(RETURNED, value, None, false)); // refused by the driver
         }
         Ok(Carried::Done)
     }

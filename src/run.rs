@@ -9,7 +9,7 @@ use pyo3::{PyTraverseError, PyVisit};
 
 use sdax_core::{Command, Failure, Hint, Op, Run};
 
-use crate::carry::{Carried, Carrying, PyCarrier, CARRIED};
+use crate::carry::{Carried, Carrying, HandBack, PyCarrier, CARRIED};
 use crate::graph::PyPlan;
 use crate::policy::type_name;
 
@@ -98,8 +98,7 @@ pub(crate) struct PyRun {
 impl PyRun {
     /// The core's commands, after carrying out the lone STARTs among them while a carrier
     /// is attached (src/carry.rs): a START the carrier declines stays a command; one it
-    /// hands back becomes the only command,
-    /// ``(CARRIED, job, kind, (payload, extra, timeout, started))``.
+    /// hands back becomes the only command, ``(CARRIED, job, 0, HandBack)``.
     fn carried<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let Some(carrying) = self.carrying.as_ref() else {
             return self.commands(py);
@@ -113,8 +112,8 @@ impl PyRun {
             }
             let job = c.job as usize;
             let started = match c.arg {
-                Some(_) => carrying.now(py)?,
-                None => py.None().into_bound(py),
+                Some(_) => Some(carrying.now(py)?),
+                None => None,
             };
             let outcome = if job < n {
                 carrier.call_node(py, job, &carrying)?
@@ -129,10 +128,10 @@ impl PyRun {
                         .succeeded(i64::from(c.job), &mut self.out)
                         .map_err(run_err)?;
                 }
-                Carried::HandBack(kind, payload, extra) => {
+                Carried::HandBack(back) => {
                     self.out.clear();
-                    let arg = (payload, extra, c.arg, started);
-                    return PyList::new(py, [(CARRIED, c.job, kind, arg)]);
+                    let handed = Py::new(py, HandBack::new(back, c.arg, started))?;
+                    return PyList::new(py, [(CARRIED, c.job, c.attempt, handed)]);
                 }
             }
         }

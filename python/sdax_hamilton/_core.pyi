@@ -43,19 +43,45 @@ BAD_HINT: Final[int]  # = 8: the hint for attempt ``attempt`` was unusable: its 
 
 # Emitted only while a carrier is attached (``Run.carry_with``; src/carry.rs):
 CARRIED: Final[int]  # = 0x80: the Run carried out the first attempt of ``job`` itself (a
-#                      lone START) and hands it back; ``attempt`` is how it ended (below),
-#                      ``arg`` is ``(payload, extra, timeout, started)``: ``extra`` is a
-#                      node's keyword arguments; for a release whose coroutine was stepped,
-#                      the phase task's ``cancelling()`` count before the call, else
-#                      ``None``; ``timeout`` the START's; ``started`` ``(loop time,
-#                      monotonic time)`` before the call when it has a timeout, else None
+#                      lone START) and hands it back; ``attempt`` is 0, ``arg`` a
+#                      ``HandBack`` (below)
 CARRIED_RAISED: Final[int]  # = 0: the call (or its first step) raised ``payload``
 CARRIED_RETURNED: Final[int]  # = 1: it returned ``payload``, for the driver to check
-CARRIED_SUSPENDED: Final[int]  # = 2: ``payload`` is ``(coroutine, what its first step yielded)``
+CARRIED_SUSPENDED: Final[int]  # = 2: ``payload`` is a coroutine whose first step yielded
+#                                ``yielded``
 CARRIED_AWAITABLE: Final[int]  # = 3: the call returned ``payload``, an awaitable to await
 
 Command = tuple[int, int, int, Any]
-"""``(op, job, attempt, arg)``: ``arg`` is a float or ``None``, or ``CARRIED``'s pair."""
+"""``(op, job, attempt, arg)``: ``arg`` is a float or ``None``, or ``CARRIED``'s
+``HandBack``."""
+
+@final
+class HandBack:
+    """A START the ``Run`` carried out itself, handed back to the driver (``CARRIED``)."""
+
+    @property
+    def how(self) -> int:
+        """How the call ended: ``CARRIED_RAISED``, ``_RETURNED``, ``_SUSPENDED`` or
+        ``_AWAITABLE``."""
+    @property
+    def payload(self) -> Any:
+        """What it raised or returned; the coroutine that suspended; the awaitable."""
+    @property
+    def yielded(self) -> Any:
+        """What a suspended coroutine's first step yielded (``None`` otherwise)."""
+    @property
+    def kwargs(self) -> dict[str, Any] | None:
+        """A node's keyword arguments (kept for its retries); ``None`` for a release."""
+    @property
+    def cancelling(self) -> int | None:
+        """For a release whose coroutine was stepped: its phase task's ``cancelling()``
+        count before the call; ``None`` otherwise."""
+    @property
+    def timeout(self) -> float | None:
+        """The START's timeout."""
+    @property
+    def started(self) -> tuple[float, float] | None:
+        """``(loop time, monotonic time)`` before the call when it has a timeout."""
 
 @final
 class Carrier:

@@ -212,31 +212,32 @@ class Calls:
         else:
             table.post((_RETURNED, attempt, result))
 
-    def _carried(self, job: Job, how: int, arg: tuple[Any, Any, float | None, Any]) -> None:
-        """Go on with the first attempt of ``job``, carried out by the core's ``Run`` up to
-        where the driver is needed (src/carry.rs): ``how`` it ended, and ``arg``:
-        ``(payload, extra, timeout, started)``. ``extra``: a node's arguments; for a release
-        whose coroutine was stepped, the phase task's cancellation count before the call
-        (``None`` otherwise). ``started``: the clocks before the call, with a timeout."""
-        payload, extra, timeout, started = arg
-        attempt = Attempt(job, 0, timeout)
+    def _carried(self, job: Job, number: int, hand: _core.HandBack) -> None:
+        """Go on with attempt ``number`` (the first) of ``job``, which the core's ``Run``
+        carried out up to where the driver is needed (src/carry.rs): ``hand`` says how it
+        ended and carries what the driver needs to go on."""
+        attempt = Attempt(job, number, hand.timeout)
         table = self.table
         table.add(attempt)
         if job.forward:
-            self.kwargs[job.id] = extra  # read by its retries
+            self.kwargs[job.id] = hand.kwargs  # read by its retries
             if job.node.release is not None and self._acquisitions[job.id] is None:
                 self._acquisitions[job.id] = Acquisition()
-        elif extra is not None and self.task.cancelling() > extra:
-            # The release's coroutine cancelled its own task, as ``inline`` sees it: never
-            # the caller, whose cancellations land on its own wait.
-            self._record.caller_cancelled(asyncio.CancelledError(), True)
+        else:
+            before = hand.cancelling
+            if before is not None and self.task.cancelling() > before:
+                # The release's coroutine cancelled its own task, as an inline release is
+                # seen to: never the caller, whose cancellations land on its own wait.
+                self._record.caller_cancelled(asyncio.CancelledError(), True)
+        how = hand.how
         if how == _CARRIED_RAISED:
-            table.post((_RAISED, attempt, payload))
+            table.post((_RAISED, attempt, hand.payload))
         elif how == _CARRIED_RETURNED:
-            table.post((_RETURNED, attempt, payload))
+            table.post((_RETURNED, attempt, hand.payload))
         else:  # awaited like any awaitable a call returned (a lone one: inline)
-            attempt.aw = resume(*payload) if how == _CARRIED_SUSPENDED else payload
-            attempt.started = started  # its timer counts from the call
+            payload = hand.payload
+            attempt.aw = resume(payload, hand.yielded) if how == _CARRIED_SUSPENDED else payload
+            attempt.started = hand.started  # its timer counts from the call
             table.fresh.append(attempt)
 
     def _first_kwargs(self, attempt: Attempt) -> dict[str, Any] | None:
