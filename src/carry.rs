@@ -64,17 +64,79 @@ struct NodeCall {
 
 type CheckSpec = (Py<PyString>, Py<PyAny>, bool);
 
-type NodeSpec = (
-    Py<PyAny>,
-    Py<PyString>,
-    Vec<(Py<PyString>, Py<PyString>)>,
-    Option<Py<PyDict>>,
-    Vec<CheckSpec>,
-    Option<(Py<PyAny>, bool)>,
-    Py<PyAny>,
-    bool,
-    bool,
-);
+/// How to call one forward node inline, as the plan gives it (`Carrier`'s `nodes`).
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "CarriedNode")]
+pub(crate) struct CarriedNode {
+    call: Py<PyAny>,
+    name: Py<PyString>,
+    args: Vec<(Py<PyString>, Py<PyString>)>,
+    defaults: Option<Py<PyDict>>,
+    checks: Vec<CheckSpec>,
+    output_check: Option<(Py<PyAny>, bool)>,
+    output_type: Py<PyAny>,
+    owned: bool,
+    positional: bool,
+}
+
+#[pymethods]
+impl CarriedNode {
+    /// ``call``: the node's function; ``args``: ``(keyword, value-table key)`` pairs;
+    /// ``defaults``: keyword defaults or ``None``; ``checks``: ``(keyword, check,
+    /// is_class)``; ``output_check``: ``(check, is_class)`` or ``None``; ``owned``: it
+    /// owns an acquisition; ``positional``: ``args`` are the function's first parameters,
+    /// in order (``_takes_positionally``).
+    #[new]
+    #[pyo3(signature = (*, call, name, args, defaults, checks, output_check, output_type, owned, positional))]
+    #[allow(clippy::too_many_arguments)]
+    fn py_new(
+        call: Py<PyAny>,
+        name: Py<PyString>,
+        args: Vec<(Py<PyString>, Py<PyString>)>,
+        defaults: Option<Py<PyDict>>,
+        checks: Vec<CheckSpec>,
+        output_check: Option<(Py<PyAny>, bool)>,
+        output_type: Py<PyAny>,
+        owned: bool,
+        positional: bool,
+    ) -> Self {
+        CarriedNode {
+            call,
+            name,
+            args,
+            defaults,
+            checks,
+            output_check,
+            output_type,
+            owned,
+            positional,
+        }
+    }
+
+    #[getter]
+    fn name(&self, py: Python<'_>) -> Py<PyString> {
+        self.name.clone_ref(py)
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.call)?;
+        visit.call(&self.name)?;
+        for (keyword, key) in &self.args {
+            visit.call(keyword)?;
+            visit.call(key)?;
+        }
+        if let Some(defaults) = &self.defaults {
+            visit.call(defaults)?;
+        }
+        for (keyword, check, _) in &self.checks {
+            visit.call(keyword)?;
+            visit.call(check)?;
+        }
+        if let Some((check, _)) = &self.output_check {
+            visit.call(check)?;
+        }
+        visit.call(&self.output_type)
+    }
+}
 
 /// How a plan's jobs are called inline; built once per plan, shared by its runs.
 #[pyclass(frozen, module = "sdax_hamilton._core", name = "Carrier")]
@@ -89,13 +151,12 @@ pub(crate) struct PyCarrier {
 
 #[pymethods]
 impl PyCarrier {
-    /// `nodes[i]`: `(call, name, args, defaults, checks, output_check, output_type, owned,
-    /// positional)` of active node `i`, a check being `(keyword, check, is_class)` and the
-    /// output check `(check, is_class)`; `releases[i]`: its release function or `None`.
+    /// `nodes[i]`: how to call active node `i` (a `CarriedNode`); `releases[i]`: its
+    /// release function or `None`.
     #[new]
     fn py_new(
         py: Python<'_>,
-        nodes: Vec<NodeSpec>,
+        nodes: Vec<PyRef<'_, CarriedNode>>,
         releases: Vec<Option<Py<PyAny>>>,
         acquisition: Py<PyAny>,
         isawaitable: Py<PyAny>,
@@ -111,7 +172,7 @@ impl PyCarrier {
         }
         let nodes = nodes
             .into_iter()
-            .map(|spec| NodeCall::new(py, spec))
+            .map(|spec| NodeCall::new(py, &spec))
             .collect();
         Ok(PyCarrier {
             nodes,
@@ -299,13 +360,28 @@ fn step<'py>(coro: &Bound<'py, PyAny>) -> PyResult<Result<Bound<'py, PyAny>, Bou
 }
 
 impl NodeCall {
-    fn new(py: Python<'_>, spec: NodeSpec) -> Self {
-        let (call, name, args, defaults, checks, output_check, output_type, owned, positional) =
-            spec;
-        let checks: Vec<(Py<PyString>, Check)> = checks
-            .into_iter()
-            .map(|(keyword, check, is_class)| (keyword, Check::new((check, is_class))))
+    fn new(py: Python<'_>, spec: &CarriedNode) -> Self {
+        let args: Vec<(Py<PyString>, Py<PyString>)> = spec
+            .args
+            .iter()
+            .map(|(keyword, key)| (keyword.clone_ref(py), key.clone_ref(py)))
             .collect();
+        let defaults = spec.defaults.as_ref().map(|d| d.clone_ref(py));
+        let checks: Vec<(Py<PyString>, Check)> = spec
+            .checks
+            .iter()
+            .map(|(keyword, check, is_class)| {
+                (
+                    keyword.clone_ref(py),
+                    Check::new((check.clone_ref(py), *is_class)),
+                )
+            })
+            .collect();
+        let output_check = spec
+            .output_check
+            .as_ref()
+            .map(|(check, is_class)| (check.clone_ref(py), *is_class));
+        let positional = spec.positional;
         // Positionally: each check's keyword must be one of the arguments (it is, when
         // nothing comes from defaults); otherwise the keyword dictionary is built.
         let positional = if positional && defaults.is_none() {
@@ -321,14 +397,14 @@ impl NodeCall {
             None
         };
         NodeCall {
-            call,
-            name,
+            call: spec.call.clone_ref(py),
+            name: spec.name.clone_ref(py),
             args,
             defaults,
             checks,
             output_check: output_check.map(Check::new),
-            output_type,
-            owned,
+            output_type: spec.output_type.clone_ref(py),
+            owned: spec.owned,
             positional,
         }
     }

@@ -52,6 +52,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRun>()?;
     m.add_class::<run::HintDecision>()?;
     m.add_class::<carry::HandBack>()?;
+    m.add_class::<carry::CarriedNode>()?;
     m.add_class::<PyCarrier>()?;
     m.add_class::<StepCatcher>()?;
     m.add_class::<InputTable>()?;

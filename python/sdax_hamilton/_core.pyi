@@ -84,25 +84,37 @@ class HandBack:
         """``(loop time, monotonic time)`` before the call when it has a timeout."""
 
 @final
+class CarriedNode:
+    """How a ``Carrier`` calls one forward node inline (built by ``carrier_of``)."""
+
+    def __new__(
+        cls,
+        *,
+        call: Callable[..., Any],
+        name: str,
+        args: Sequence[tuple[str, str]],
+        defaults: dict[str, Any] | None,
+        checks: Sequence[tuple[str, Any, bool]],
+        output_check: tuple[Any, bool] | None,
+        output_type: Any,
+        owned: bool,
+        positional: bool,
+    ) -> CarriedNode:
+        """``args``: ``(keyword, value-table key)`` pairs; ``checks``: ``(keyword, check,
+        is_class)``; ``output_check``: ``(check, is_class)``; ``owned``: the node owns an
+        acquisition; ``positional``: ``args`` are the function's first parameters, in
+        order."""
+    @property
+    def name(self) -> str: ...
+
+@final
 class Carrier:
     """How a plan's jobs are called inline by a ``Run`` (src/carry.rs), built once per plan
     by ``sdax_hamilton._executor.carrier_of``."""
 
     def __new__(
         cls,
-        nodes: Sequence[
-            tuple[
-                Callable[..., Any],
-                str,
-                Sequence[tuple[str, str]],
-                dict[str, Any] | None,
-                Sequence[tuple[str, Any, bool]],
-                tuple[Any, bool] | None,
-                Any,
-                bool,
-                bool,
-            ]
-        ],
+        nodes: Sequence[CarriedNode],
         releases: Sequence[Callable[[Any], Any] | None],
         acquisition: Callable[..., Any],
         isawaitable: Callable[[Any], bool],

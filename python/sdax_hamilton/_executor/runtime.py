@@ -63,16 +63,16 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
     call, arguments, checks and release, as the driver would use them."""
     return _core.Carrier(
         [
-            (
-                node.call,
-                node.name,
-                list(node.args),
-                dict(node.defaults) if node.defaults else None,
-                [(keyword, *split_check(check)) for keyword, check in node.input_checks],
-                None if node.output_check is None else split_check(node.output_check),
-                node.output_type,
-                node.release is not None,
-                not node.defaults and _takes_positionally(node.call, node.args),
+            _core.CarriedNode(
+                call=node.call,
+                name=node.name,
+                args=list(node.args),
+                defaults=dict(node.defaults) if node.defaults else None,
+                checks=[(keyword, *split_check(check)) for keyword, check in node.input_checks],
+                output_check=None if node.output_check is None else split_check(node.output_check),
+                output_type=node.output_type,
+                owned=node.release is not None,
+                positional=not node.defaults and _takes_positionally(node.call, node.args),
             )
             for node in nodes
         ],
