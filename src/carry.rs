@@ -33,7 +33,7 @@ use pyo3::types::iterator::PySendResult;
 use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
-use crate::check::{all_pass, Check};
+use crate::check::Check;
 
 /// The opcode of a carried START handed back (outside the core's `Op` range).
 pub(crate) const CARRIED: u8 = 0x80;
@@ -186,6 +186,31 @@ impl PyCarrier {
 
     fn __len__(&self) -> usize {
         self.nodes.len()
+    }
+
+    /// The keyword arguments of the first attempt of forward job `job`, read from `values`
+    /// and checked as a carried START's are: a missing value raises `KeyError`, a value
+    /// that fails its check `TypeError` ("Invalid input for node.keyword"), a check that
+    /// raises what it raised.
+    fn arguments<'py>(
+        &self,
+        job: usize,
+        values: &Bound<'py, PyDict>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let Some(node) = self.nodes.get(job) else {
+            return Err(pyo3::exceptions::PyIndexError::new_err(format!(
+                "Carrier.arguments: no forward job {job}"
+            )));
+        };
+        match node.read_kwargs(values, true)? {
+            Ok(kwargs) => Ok(kwargs),
+            Err(Refused::Missing(key)) => Err(pyo3::exceptions::PyKeyError::new_err(key.unbind())),
+            Err(Refused::Invalid(keyword)) => Err(pyo3::exceptions::PyTypeError::new_err(format!(
+                "Invalid input for {}.{}",
+                node.name.bind(values.py()),
+                keyword
+            ))),
+        }
     }
 
     /// The collector sees what a carrier refers to (functions, and through them their
@@ -409,9 +434,17 @@ impl NodeCall {
         }
     }
 
-    /// The keyword arguments of the first attempt; `None` when one is missing or fails its
-    /// check (the driver then reads and checks them itself, and reports).
-    fn kwargs<'py>(&self, values: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict>>> {
+    /// The keyword arguments of the first attempt, read from the run's values and
+    /// checked: the one reading both call paths use (a carried START, and the driver's own
+    /// through `Carrier.arguments`). `Err` says which argument was refused: the carried
+    /// path then leaves the START to the driver, which reports it.
+    /// `strict`: a check that raises raises out of here (the driver reports it); otherwise
+    /// it refuses the argument, as one that fails (the carried path declines the START).
+    fn read_kwargs<'py>(
+        &self,
+        values: &Bound<'py, PyDict>,
+        strict: bool,
+    ) -> PyResult<Result<Bound<'py, PyDict>, Refused<'py>>> {
         let py = values.py();
         let kwargs = match &self.defaults {
             Some(defaults) => defaults.bind(py).copy()?,
@@ -420,10 +453,29 @@ impl NodeCall {
         for (keyword, key) in &self.args {
             match values.get_item(key.bind(py))? {
                 Some(value) => kwargs.set_item(keyword.bind(py), value)?,
-                None => return Ok(None),
+                None => return Ok(Err(Refused::Missing(key.bind(py).clone()))),
             }
         }
-        Ok(all_pass(&self.checks, &kwargs)?.then_some(kwargs))
+        for (keyword, check) in &self.checks {
+            let keyword = keyword.bind(py);
+            let Some(value) = kwargs.get_item(keyword)? else {
+                return Ok(Err(Refused::Missing(keyword.clone())));
+            };
+            let ok = if strict {
+                passes_or_raises(check, &value)?
+            } else {
+                check.passes(&value)?
+            };
+            if !ok {
+                return Ok(Err(Refused::Invalid(keyword.clone())));
+            }
+        }
+        Ok(Ok(kwargs))
+    }
+
+    /// `read_kwargs`, `None` when an argument is refused.
+    fn kwargs<'py>(&self, values: &Bound<'py, PyDict>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        Ok(self.read_kwargs(values, false)?.ok())
     }
 
     /// The positional arguments of the first attempt (`indexes`: each check's argument);
@@ -461,6 +513,24 @@ impl NodeCall {
         }
         Ok(kwargs.into_any())
     }
+}
+
+/// Whether `value` passes `check`, anything the check raises raised (`Check::passes`
+/// takes an `Exception` for a failed check).
+fn passes_or_raises(check: &Check, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let py = value.py();
+    match check {
+        Check::Class(cls) => value.is_instance(cls.bind(py)),
+        Check::Predicate(predicate) => predicate.bind(py).call1((value,))?.is_truthy(),
+    }
+}
+
+/// An argument of a node's first attempt that could not be passed.
+enum Refused<'py> {
+    /// Its value-table key (or its keyword, for a check) has no value.
+    Missing(Bound<'py, PyString>),
+    /// Its value fails the node's input check.
+    Invalid(Bound<'py, PyString>),
 }
 
 /// What a call returned, before the caller adds what the driver needs with a hand-back.

@@ -126,6 +126,11 @@ class Carrier:
         ``(keyword, check, is_class)``, the output check ``(check, is_class)``);
         ``releases[i]``: its release function or ``None``."""
     def __len__(self) -> int: ...
+    def arguments(self, job: int, values: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments of the first attempt of forward job ``job``, read from
+        ``values`` and checked as a carried START's are: ``KeyError`` for a missing value,
+        ``TypeError`` ("Invalid input for node.keyword") for a value that fails its check,
+        what a check raised; ``IndexError`` for an unknown job."""
 
 @final
 class InputTable:

@@ -63,6 +63,7 @@ class Calls:
 
     __slots__ = (
         "_acquisitions",
+        "_arguments",
         "_clipped",
         "_inline_timer",
         "_inline_when",
@@ -96,6 +97,7 @@ class Calls:
         record: FailureRecord,
     ) -> None:
         self._jobs = jobs
+        self._arguments = jobs.calling.arguments
         self._run = run
         self._loop = loop
         self._values = values
@@ -241,23 +243,17 @@ class Calls:
             table.fresh.append(attempt)
 
     def _first_kwargs(self, attempt: Attempt) -> dict[str, Any] | None:
-        """The first attempt's arguments, read and checked; ``None`` after posting the bad
-        input. An owner gets its acquisition record here, once."""
+        """The first attempt's arguments, read and checked as a carried START's are (one
+        reading for both paths: ``Carrier.arguments``, src/carry.rs); ``None`` after posting
+        the bad input. An owner gets its acquisition record here, once."""
         job = attempt.job
-        node = job.node
         try:
-            kwargs = dict(node.defaults) if node.defaults else {}
-            values = self._values
-            for keyword, key in node.args:
-                kwargs[keyword] = values[key]
-            for keyword, check in node.input_checks:
-                if not check(kwargs[keyword]):
-                    raise TypeError(f"Invalid input for {node.name}.{keyword}")
+            kwargs = self._arguments(job.id, self._values)
         except Exception as exc:
             self.table.post((_BAD_INPUT, attempt, exc))
             return None
         self.kwargs[job.id] = kwargs
-        if node.release is not None:
+        if job.node.release is not None:
             self._acquisitions[job.id] = Acquisition()
         return kwargs
 

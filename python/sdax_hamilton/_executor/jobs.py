@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from .. import _core
-from .runtime import NodeRuntime, ReleaseRuntime
+from .runtime import NodeRuntime, ReleaseRuntime, carrier_of
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -52,7 +52,12 @@ class JobTable(tuple[Job, ...]):
     forward_count: int
     """The number of active nodes (and so of forward jobs: ids ``0 .. forward_count``)."""
     carrier: _core.Carrier | None
-    """How runs of this plan carry out lone STARTs in the core (src/carry.rs)."""
+    """How runs of this plan carry out lone STARTs in the core (src/carry.rs); ``None``:
+    they do not."""
+    calling: _core.Carrier
+    """How every job of the plan is called: the carrier's reading of a node's arguments
+    serves the driver's own STARTs too (``Carrier.arguments``), so both paths pass the same
+    arguments (tests/test_driver_carrier.py). ``carrier`` itself when there is one."""
 
     def __new__(cls, nodes: Sequence[NodeRuntime], carrier: _core.Carrier | None = None) -> Self:
         nodes = tuple(nodes)
@@ -81,6 +86,7 @@ class JobTable(tuple[Job, ...]):
         table.nodes = nodes
         table.forward_count = n
         table.carrier = carrier
+        table.calling = carrier if carrier is not None else carrier_of(nodes)
         return table
 
     def __repr__(self) -> str:

@@ -2,7 +2,7 @@
 
 No event loop, no run: the rules of docs/lifecycle.md ("Cancellation", "Failures") that
 read how an attempt ended, in one place, testable on their own
-(tests/test_executor_verdicts.py). ``Outcomes`` reports what they decide to the core.
+(tests/test_executor_parts.py). ``Outcomes`` reports what they decide to the core.
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
-"""What an attempt's ending means (``_executor/verdicts.py``): pure, no event loop, no run.
-
-The rules of docs/lifecycle.md ("Cancellation", "Failures") that the executor applies to
-each attempt, tested on their own; the driver tests check that the run applies them.
+"""The executor's parts on their own, no event loop, no run: what an attempt's ending means
+(``verdicts.py``: the rules of docs/lifecycle.md, "Cancellation" and "Failures"), the job
+table, the attempt table, and the argument reading both call paths share. The driver tests
+check that a run applies them.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -130,3 +131,73 @@ def test_the_attempt_table_holds_several_live_attempts_of_a_job_and_grows() -> N
     attempts.grow(2)  # jobs a run adds while it goes on
     assert len(attempts.running) == len(attempts.sleeps) == 4
     assert list(attempts.all_live()) == []
+
+
+def _runtime(name: str, call: Any, args: tuple[str, ...], **extra: Any) -> NodeRuntime:
+    return NodeRuntime(
+        name=name,
+        origin=f"tests.{name}",
+        call=call,
+        args=tuple((arg, f"v_{arg}") for arg in args),
+        defaults=extra.get("defaults", {}),
+        input_checks=extra.get("checks", ()),
+        output_check=None,
+        retryable=(),
+        output_type=object,
+        release=None,
+    )
+
+
+def _plain(a: int, b: int) -> None: ...
+
+
+def _with_default(a: int, b: int = 2) -> None: ...
+
+
+def _keyword_only(*, b: int, a: int) -> None: ...
+
+
+def _is_str(value: object) -> bool:
+    return isinstance(value, str)
+
+
+def _broken_check(value: object) -> bool:
+    raise LookupError("the check itself failed")
+
+
+@pytest.mark.parametrize(
+    ("runtime", "expected"),
+    [
+        (_runtime("plain", _plain, ("a", "b")), {"a": 1, "b": 2}),  # passed positionally
+        (_runtime("reordered", _keyword_only, ("a", "b")), {"a": 1, "b": 2}),
+        (_runtime("defaults", _with_default, ("a",), defaults={"b": 7}), {"a": 1, "b": 7}),
+        (_runtime("checked", _plain, ("a", "b"), checks=(("a", int),)), {"a": 1, "b": 2}),
+        (
+            _runtime("refused", _plain, ("a", "b"), checks=(("b", _is_str),)),
+            TypeError("Invalid input for refused.b"),
+        ),
+        (_runtime("missing", _plain, ("a", "c")), KeyError("v_c")),
+        (
+            _runtime("broken", _plain, ("a", "b"), checks=(("a", _broken_check),)),
+            LookupError("the check itself failed"),
+        ),
+    ],
+    ids=lambda value: getattr(value, "name", None) or type(value).__name__,
+)
+def test_both_call_paths_read_arguments_in_one_place(
+    runtime: NodeRuntime, expected: dict[str, Any] | BaseException
+) -> None:
+    # The driver's own STARTs read a node's first arguments with the carrier's reading
+    # (Carrier.arguments, src/carry.rs), for every signature shape the carrier handles.
+    from sdax_hamilton._executor.runtime import carrier_of
+
+    carrier = carrier_of([runtime])
+    values = {"v_a": 1, "v_b": 2}
+    if isinstance(expected, BaseException):
+        with pytest.raises(type(expected)) as info:
+            carrier.arguments(0, values)
+        assert info.value.args == expected.args
+    else:
+        assert carrier.arguments(0, values) == expected
+    with pytest.raises(IndexError):
+        carrier.arguments(1, values)
