@@ -107,7 +107,7 @@ impl PyRun {
         let carrier = carrying.carrier.get();
         let n = carrier.forward_count();
         while let [c] = self.out[..] {
-            if c.op != Op::Start || c.attempt != 0 || self.core.pending() != 1 {
+            if c.op != Op::Start || c.attempt != 0 || !self.core.lone() {
                 break;
             }
             let job = c.job as usize;
@@ -408,6 +408,13 @@ impl PyRun {
     #[getter]
     fn pending(&self) -> u32 {
         self.core.pending()
+    }
+
+    /// Exactly one job is pending: a START now is the run's only work (the core's rule
+    /// for carrying it out inline, by the carrier or the driver).
+    #[getter]
+    fn lone(&self) -> bool {
+        self.core.lone()
     }
 
     #[getter]

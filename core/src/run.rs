@@ -319,6 +319,14 @@ impl Run {
         self.pending
     }
 
+    /// Exactly one job is pending: a START emitted now is all the run has to do, so the
+    /// driver may carry it out where it stands (the inline carrier, an inline await) rather
+    /// than beside other work. The one rule both do it by.
+    #[inline]
+    pub fn lone(&self) -> bool {
+        self.pending == 1
+    }
+
     /// A forward job failed for good, or `cancel` was called.
     #[inline]
     pub fn aborted(&self) -> bool {

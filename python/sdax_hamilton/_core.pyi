@@ -390,6 +390,10 @@ class Run:
     def pending(self) -> int:
         """Jobs currently running or waiting to retry (0 = the phase is quiescent)."""
     @property
+    def lone(self) -> bool:
+        """Exactly one job is pending: a START now is the run's only work (the core's rule
+        for carrying it out inline, by the carrier or the driver)."""
+    @property
     def aborted(self) -> bool:
         """A forward job failed for good or ``cancel`` was called."""
     @property

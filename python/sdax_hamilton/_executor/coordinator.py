@@ -172,12 +172,11 @@ async def _drive(ctx: PhaseOwner, task: asyncio.Task[Any]) -> None:
         while events:
             handle(events.popleft())
         if fresh:
-            shutdown = ctx._stage >= _CLOSING
             if (
                 len(fresh) == 1
                 and table.live == 0
                 and fresh[0].state is _CALLED  # not cancelled since the call
-                and (table.sleeping == 0 if shutdown else run.pending == 1)
+                and run.lone  # the core's rule, as for a carried START
             ):
                 attempt = fresh.pop()
                 raised, payload = await calls.inline(attempt)
