@@ -93,7 +93,7 @@ class Calls:
         acquisitions: list[Acquisition[Any] | None],
         clipped: list[int] | None,
         watch: bool,
-        reporter: Reporter,
+        reporter: Reporter | None,
         record: FailureRecord,
     ) -> None:
         self._jobs = jobs
@@ -113,6 +113,14 @@ class Calls:
         self.inline_attempt: Attempt | None = None
         self._inline_timer: asyncio.TimerHandle | None = None
         self._two_clocks: bool | None = None  # see ``_clocks_differ``
+
+    def report(self) -> Reporter:
+        """The run's reporter: the run's own (``reporter``, when it has observers), else
+        one made on first use (nobody to tell but the log)."""
+        reporter = self._reporter
+        if reporter is None:
+            reporter = self._reporter = Reporter(self._jobs, None, self._loop, None)
+        return reporter
 
     def execute(self, commands: Sequence[_core.Command]) -> None:
         """Carry out ``commands`` in order, now."""
@@ -139,7 +147,7 @@ class Calls:
                     table.sleeps[job] = None
                     table.sleeping -= 1
                     handle.cancel()
-                self._reporter.retry_cancelled(job, self._run.attempts(job))
+                self.report().retry_cancelled(job, self._run.attempts(job))
             elif op == _START_CLIPPED:
                 clipped = self._clipped
                 assert clipped is not None  # only a run with a deadline is clipped
@@ -188,7 +196,7 @@ class Calls:
             if kwargs is None:
                 return  # bad input, reported
             if self._watch:
-                self._reporter.attempt_started(
+                self.report().attempt_started(
                     job.id, attempt_number + 1, self.was_clipped(job, attempt_number)
                 )
             try:
@@ -202,7 +210,7 @@ class Calls:
                 raise RuntimeError(f"sdax_hamilton internal error: no release for {job.name!r}")
             record = self._acquisitions[job.owner]
             if self._watch:
-                self._reporter.attempt_started(job.id, attempt_number + 1)
+                self.report().attempt_started(job.id, attempt_number + 1)
             try:
                 result = release.call(Acquisition() if record is None else record)
             except BaseException as exc:
@@ -416,7 +424,7 @@ class Calls:
         """The attempt's time is up: cancel what runs it (inline: the phase's task)."""
         attempt.state = _TIMED_OUT
         task.cancel(TIMEOUT_MESSAGE)
-        self._reporter.attempt_timed_out(
+        self.report().attempt_timed_out(
             attempt.id,
             attempt.number + 1,
             attempt.timeout,

@@ -175,7 +175,8 @@ class RunContext:
         out a command itself or hears of an event; returns ``_calls``."""
         calls = self._calls
         if calls is None:
-            reporter, record = self._report(), self._failures()
+            # The run's reporter if it has one; the parts make a quiet one when needed.
+            reporter, record = self._reporter, self._failures()
             run, loop, values, acquisitions = (
                 self._run,
                 self._loop,

@@ -73,7 +73,7 @@ class Outcomes:
         acquisitions: list[Acquisition[Any] | None],
         timed: bool,
         watch: bool,
-        reporter: Reporter,
+        reporter: Reporter | None,
         record: FailureRecord,
     ) -> None:
         self._calls = calls
@@ -87,6 +87,12 @@ class Outcomes:
         self._watch = watch
         self._reporter = reporter
         self._record = record
+
+    def _report(self) -> Reporter:
+        reporter = self._reporter
+        if reporter is None:
+            reporter = self._reporter = self._calls.report()
+        return reporter
 
     def handle(self, event: Event) -> None:
         kind, subject, payload = event
@@ -126,17 +132,17 @@ class Outcomes:
             # ``is not _RUNNING`` first: the common case costs one identity test.
             state = attempt.state
             if state is not _RUNNING and state >= _CANCELLED:
-                self._reporter.attempt_cancelled(job.id, attempt.number + 1)
+                self._report().attempt_cancelled(job.id, attempt.number + 1)
                 self._execute(run.drained(job.id))
                 return
             if self._watch:
-                self._reporter.attempt_returned(job.id, attempt.number + 1, attempt.timed_out)
+                self._report().attempt_returned(job.id, attempt.number + 1, attempt.timed_out)
             check = node.output_check
             if check is not None and not self._output_ok(attempt, check, value):
                 return
             self._values[node.name] = value
             if self._watch:
-                self._reporter.attempt_succeeded(job.id, attempt.number + 1)
+                self._report().attempt_succeeded(job.id, attempt.number + 1)
             self._execute(run.succeeded(job.id))
             return
         if attempt.state >= _CANCELLED:  # pragma: no cover - the core never cancels releases
@@ -146,7 +152,7 @@ class Outcomes:
             self._fail(attempt, TypeError(f"Shutdown must return None: {job.name}"), False)
             return
         if self._watch:
-            self._reporter.attempt_succeeded(job.id, attempt.number + 1)
+            self._report().attempt_succeeded(job.id, attempt.number + 1)
         self._execute(run.succeeded(job.id))
 
     def _output_ok(self, attempt: Attempt, check: Any, value: Any) -> bool:
@@ -174,12 +180,12 @@ class Outcomes:
         number = attempt.number + 1
         if verdict == Verdict.SELF_CANCELLED:
             self._failed_for_good(attempt.job, exc, self._run.attempts(job.id))
-            self._reporter.attempt_self_cancelled(job.id, number, exc)
+            self._report().attempt_self_cancelled(job.id, number, exc)
         elif verdict == Verdict.DRAINED_WITH_ERROR:
             self._failed_for_good(attempt.job, exc, self._run.attempts(job.id))
-            self._reporter.attempt_cancelled(job.id, number, exc)
+            self._report().attempt_cancelled(job.id, number, exc)
         else:
-            self._reporter.attempt_cancelled(job.id, number, None)
+            self._report().attempt_cancelled(job.id, number, None)
         self._execute(self._run.drained(job.id))
 
     def _fail(self, attempt: Attempt, exc: BaseException, retryable: bool) -> None:
@@ -195,11 +201,11 @@ class Outcomes:
             if self._timed or problem is not None:
                 no_room = self._note_why(attempt, exc, commands, problem)
         number = attempt.number + 1
-        self._reporter.attempt_failed(
+        self._report().attempt_failed(
             job.id, number, exc, timed_out=attempt.timed_out, retry_delay=delay
         )
         if no_room is not None:
-            self._reporter.retry_skipped(job.id, number, exc, no_room[0])
+            self._report().retry_skipped(job.id, number, exc, no_room[0])
         self._execute(commands)
 
     def _ask_hook(
@@ -252,7 +258,7 @@ class Outcomes:
                 break
         clipped = attempt.timed_out and self._calls.was_clipped(job, attempt.number)
         if problem is not None:
-            self._reporter.hint_unusable(job.id, attempt.number + 1, problem)
+            self._report().hint_unusable(job.id, attempt.number + 1, problem)
         for note in why_notes(job.subject, attempt.number + 1, clipped, problem, no_room):
             try:
                 add_note_once(exc, note)
@@ -266,13 +272,13 @@ class Outcomes:
         error = TimeoutError("the run's timeout expired")
         self._failed_for_good(job, error, self._run.attempts(job.id) if attempt_number else None)
         add_note_once(error, expired_note(job.subject, attempt_number))
-        self._reporter.deadline_expired(job.id, attempt_number + 1, error)
+        self._report().deadline_expired(job.id, attempt_number + 1, error)
 
     def _unstarted(self, attempt: Attempt) -> None:
         self._table.end(attempt)
         job = attempt.job
         aw = attempt.aw
-        self._reporter.attempt_cancelled(job.id, attempt.number + 1)
+        self._report().attempt_cancelled(job.id, attempt.number + 1)
         if type(aw) is _CoroutineType:
             aw.close()  # never awaited: its body never ran
             if job.forward and attempt.number == 0:
@@ -290,7 +296,7 @@ class Outcomes:
     def _bad_input(self, attempt: Attempt, exc: BaseException) -> None:
         self._table.end(attempt)
         self._failed_for_good(attempt.job, exc, None)
-        self._reporter.input_rejected(attempt.id, exc)
+        self._report().input_rejected(attempt.id, exc)
         # Nothing was called: no attempt counted, no release owed; the core aborts the run.
         self._execute(self._run.rejected(attempt.id))
 
@@ -301,5 +307,5 @@ class Outcomes:
             add_note_once(exc, final_note(job.subject, attempts))
         except Exception:  # pragma: no cover - a user object with a broken __notes__
             pass
-        self._reporter.failed_for_good(job.id, exc, attempts)
+        self._report().failed_for_good(job.id, exc, attempts)
         self._record.failed(exc)
