@@ -88,6 +88,14 @@ else:
         attrs["call_soon"] = catcher
         try:
             task = asyncio.Task(coordinator, loop=loop, name=PHASE_TASK_NAME)
+        except BaseException:
+            # The constructor failed after handing over its step (3.11 registers the task
+            # in Python code after ``call_soon``: a RecursionError near the limit). The
+            # catcher is left empty for the thread's next run, and the task, which will
+            # never run, is dropped without a warning.
+            _drop_caught(catcher.take())
+            coordinator.close()
+            raise
         finally:
             del attrs["call_soon"]
         caught = catcher.take()
@@ -99,10 +107,23 @@ else:
             _leave_task(loop, caller)
         try:
             context.run(step)
+        except BaseException:
+            if task.done():
+                raise
+            # The step was refused before it ran (the recursion limit is checked when it is
+            # called): queue it as the constructor would have; the caller waits for it.
+            loop.call_soon(step, context=context)
         finally:
             if caller is not None:
                 _enter_task(loop, caller)
         return task
+
+    def _drop_caught(caught: tuple[Any, Any] | None) -> None:
+        """Silence the task of a step caught from a constructor that then failed."""
+        if caught is not None:
+            task = getattr(caught[0], "__self__", None)
+            if isinstance(task, asyncio.Task):
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
 
 
 def open_run(
