@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from support import loops as loop_support
 
-from sdax_hamilton import Driver, PreparedPlan
+from sdax_hamilton import Driver, ExecutionError, PreparedPlan
 
 QUICK = """
 from sdax_hamilton import Acquisition, execution, shutdown
@@ -96,8 +97,10 @@ def test_a_run_near_the_recursion_limit_leaves_the_thread_usable(
         return await _sweep(one, normal)
 
     seen = loop_support.run(main())
-    # The sweep reached the limit (some runs could not start) and runs below it worked.
+    # The sweep reached the limit (some runs could not start) and runs below it worked;
+    # a run that failed part way says so as a run does (never a KeyError of an output).
     assert seen["RecursionError"] > 0 and seen["ok"] > 0, seen
+    assert set(seen) <= {"ok", "RecursionError", "ExecutionError"}, seen
     # A new loop in the same thread: the per-thread helpers were restored.
     loop_support.run(normal())
 
@@ -118,3 +121,73 @@ def test_the_step_catcher_is_empty_after_a_run_near_the_limit(make_module: Any) 
 
     seen = loop_support.run(main())
     assert seen["RecursionError"] > 0, seen
+
+
+# ----------------------------------------------------------------------- a recursive plan
+
+RECURSIVE = """
+from sdax_hamilton import Acquisition, shutdown
+
+ACQUIRED = []
+RELEASED = []
+RUN = None
+
+def conn(x: int) -> int:
+    ACQUIRED.append(x)
+    return x
+
+@shutdown(of=conn)
+def close_conn(acquired: Acquisition[int]) -> None:
+    RELEASED.append(acquired.value)
+
+async def again(conn: int) -> int:
+    return await RUN(conn + 1)
+"""
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The leaves of nested groups (iteratively: the nesting is as deep as the recursion)."""
+    found: list[BaseException] = []
+    stack = [exc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, BaseExceptionGroup):
+            stack.extend(item.exceptions)
+        else:
+            found.append(item)
+    return found
+
+
+@pytest.mark.parametrize("path", ["execute", "open"])
+def test_a_plan_run_recursively_to_the_limit_releases_every_acquisition_once(
+    make_module: Any, path: str
+) -> None:
+    module = make_module(RECURSIVE)
+    plan = Driver(module).prepare(["again"])
+
+    async def run(x: int) -> Any:
+        if path == "execute":
+            return await plan.execute(inputs={"x": x})
+        async with plan.open(inputs={"x": x}) as values:
+            return values
+
+    module.RUN = run
+
+    async def main() -> BaseException:
+        with pytest.raises(BaseException) as caught:
+            await run(0)
+        return caught.value
+
+    error = loop_support.run(main())
+    # Every run that acquired released exactly once, whatever depth it failed at.
+    assert len(module.ACQUIRED) > 50
+    assert sorted(module.RELEASED) == sorted(module.ACQUIRED)
+    assert len(set(module.RELEASED)) == len(module.RELEASED)
+    # A clear failure: the node's failure all the way down to the RecursionError.
+    assert isinstance(error, ExecutionError), repr(error)
+    leaves = _leaves(error)
+    assert leaves and all(isinstance(leaf, RecursionError) for leaf in leaves), leaves
+    assert not any(isinstance(leaf, KeyError) for leaf in leaves)
+    # The thread is usable afterwards.
+    module.RUN = lambda x: asyncio.sleep(0, x)
+    assert loop_support.run(plan.execute(inputs={"x": 5})) == {"again": 6}

@@ -322,6 +322,13 @@ class Run:
         carrying: tuple[Carrier, dict[str, Any], list[Any], object, Callable[[], float]],
     ) -> list[Command]:
         """``carry_with(carrying)`` and ``start()`` in one call."""
+    def abandon(self) -> list[Command]:
+        """The driver's own bookkeeping of the forward phase failed (a ``RecursionError`` or
+        ``MemoryError`` near the interpreter's limits): it has stopped every attempt
+        without waiting. Every forward job not over is taken as over (a later ``drained``
+        or ``unstarted`` of it is accepted), and the shutdown phase begins as with
+        ``begin_shutdown()``: every release owed is still STARTed, in dependency order.
+        ``RuntimeError`` once shutdown began."""
     def begin_shutdown_or_finish(self) -> list[Command] | None:
         """``begin_shutdown()``; ``None`` when that leaves the run finished with nothing to
         carry out, the carrier detached as by ``carry_with(None)``."""

@@ -17,15 +17,24 @@ from contextvars import ContextVar
 from typing import Any, Final, NoReturn
 
 from .. import _core
+from .._declarations import Acquisition
+from .._failures import add_note_once
 from .._observe import observers_of
 from .attempts import Attempt, AttemptState
 from .outcomes import OutcomeHandling
 from .reporter import Reporter
 from .runtime import NodeRuntime
+from .state import BAD_INPUT, RAISED, RETURNED, UNSTARTED
 
 _CancelledError: Final = asyncio.CancelledError
 _CoroutineType: Final = types.CoroutineType
 _CALLED: Final = AttemptState.CALLED
+_RETURNED: Final = RETURNED
+_RAISED: Final = RAISED
+_BAD_INPUT: Final = BAD_INPUT
+_UNSTARTED: Final = UNSTARTED
+_TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+_sleep: Final = asyncio.sleep
 _running_loop: Final = asyncio.get_running_loop
 _wants_attempts: Final = Reporter.wants_attempts
 
@@ -172,7 +181,8 @@ class RunContext(OutcomeHandling):
         if self._record is None:
             values = self._values
             return {name: values[name] for name in self._outputs}
-        await self._cleanup()
+        if not self._shutting:  # a salvaged forward phase has carried out its releases
+            await self._cleanup()
         self._fail_run()
 
     async def execute(self) -> dict[str, Any]:
@@ -426,17 +436,17 @@ class RunContext(OutcomeHandling):
         shutdown phase for ``execute()``; or the shutdown phase alone, from the core's
         first shutdown ``commands``. Carries out commands until the phase is quiescent."""
         self._began = True
-        loop = self._loop
-        task = _task_of(loop)
-        assert task is not None
-        self._task = task  # the phase's task: inline attempts and their timeouts use it
-        carrier = self._carrier
         run = self._run
-        # With a carrier, the core's Run carries out lone STARTs in this task.
         carrying = None
-        if carrier is not None:
-            carrying = (carrier, self._values, self._acquisitions, task, loop.time)
         try:
+            loop = self._loop
+            task = _task_of(loop)
+            assert task is not None
+            self._task = task  # the phase's task: inline attempts and their timeouts use it
+            carrier = self._carrier
+            # With a carrier, the core's Run carries out lone STARTs in this task.
+            if carrier is not None:
+                carrying = (carrier, self._values, self._acquisitions, task, loop.time)
             if commands is None:
                 if self._begin_forward(carrying):
                     await self._drive(False)
@@ -457,20 +467,39 @@ class RunContext(OutcomeHandling):
             commands = None
             await self._drive(True)
         except BaseException as exc:  # nothing escapes a task into the loop
-            self._abandon(exc)
+            # First, with no call that could fail: the caller sees a failure, never outputs
+            # that were not stored.
             self._internal = exc
+            try:
+                await self._give_up(exc)
+            except BaseException:
+                pass
         finally:
-            # The phase's task ends: its inline timer goes, no inline attempt is left to use
-            # the task, and the caller is woken.
-            timer = self._inline_timer if self._tables else None
-            if timer is not None:
-                self._inline_timer = None
-                timer.cancel()
-            if carrying is not None:
-                carrying = None
-                run.carry_with(None)  # the Run refers to this task no more
-            del self._task
-            self._phase_over_now()
+            try:
+                self._phase_task_ends(carrying is not None)
+            finally:
+                # The caller is woken whatever failed above (``_phase_over_now``, no call).
+                self._phase_over = True
+                done = self._phase_done
+                if done is not None and not done.done():
+                    done.set_result(None)
+
+    def _phase_task_ends(self, carrying: bool) -> None:
+        """The phase's task ends: its inline timer goes, and no inline attempt is left to
+        use the task."""
+        timer = self._inline_timer if self._tables else None
+        if timer is not None:
+            self._inline_timer = None
+            timer.cancel()
+        if carrying:
+            self._run.carry_with(None)  # the Run refers to this task no more
+        del self._task
+
+    async def _give_up(self, exc: BaseException) -> None:
+        """The coordinator failed with ``exc``: in the forward phase the run is salvaged
+        (``_salvage``); otherwise, or if that fails, everything started is stopped."""
+        if self._shutting or not await self._salvage(exc):
+            self._abandon(exc)
 
     def _begin_forward(self, carrying: Any) -> bool:
         """Start the forward phase, carried out with ``carrying`` (``Run.carry_with``'s
@@ -526,6 +555,109 @@ class RunContext(OutcomeHandling):
                     self._abort_requested = True
                     self._failures().caller_cancelled(exc, False)
                 self._execute(run.cancel())
+
+    async def _salvage(self, exc: BaseException) -> bool:
+        """The forward phase's own bookkeeping failed with ``exc`` (a ``RecursionError`` or
+        ``MemoryError`` near the interpreter's limits, say): stop every attempt, wait for
+        them, and carry out every release owed all the same, in dependency order (the
+        core's ``Run.abandon``), from a fresh step of this task, out of the depth that
+        failed. ``exc`` is then a failure of the run like a node's (a termination its
+        primary), and the run ends as a failed one. False when even that failed: the run
+        is abandoned as before, ``exc`` raised as is."""
+        try:
+            try:
+                await _sleep(0)  # leave the depth that failed
+            except _CancelledError:
+                pass  # ours, passed on (the caller's own is recorded) or a timeout's
+            in_flight = self._stop_everything()
+            await self._wait_stopped()
+            failures = self._failures()
+            if isinstance(exc, _TERMINATION):
+                failures.terminate(exc)
+            else:
+                where = f" while {', '.join(in_flight)} ran" if in_flight else ""
+                add_note_once(
+                    exc,
+                    f"sdax_hamilton: the run could not go on{where} ({type(exc).__name__} in "
+                    "its own bookkeeping); its attempts were stopped and its releases carried "
+                    "out",
+                )
+                failures.failed(exc)
+            self._internal = None
+            self._shutting = True
+            self._execute(self._run.abandon())
+            await self._drive(True)
+            return True
+        except BaseException:
+            return False
+
+    def _stop_everything(self) -> list[str]:
+        """``_salvage``: cancel every attempt and retry wait; what was in flight, named."""
+        if not self._tables:
+            self._make_tables()
+        run = self._run
+        run.carry_with(None)  # every release is the driver's: see them all end
+        n = self._n
+        nodes = self._nodes
+        in_flight = [
+            repr(nodes[job].name) if job < n else f"the release of {nodes[job - n].name!r}"
+            for job, attempt in enumerate(self._running)
+            if attempt is not None
+        ]
+        for job, attempt in enumerate(self._running):
+            if attempt is None:
+                continue
+            unlaunched = attempt.task is None and attempt.state == _CALLED
+            self._cancel(job)
+            if unlaunched and type(attempt.aw) is _CoroutineType:
+                attempt.aw.close()  # never awaited: its body never ran
+                self._running[job] = None
+                if job < n and attempt.number == 0:
+                    self._acquisitions[job] = None
+                    run.unstarted(job)  # no release owed for it
+        self._fresh.clear()
+        for handle in self._sleeps:
+            if handle is not None:
+                handle.cancel()
+        self._sleeps = [None] * (2 * n)
+        self._sleeping = 0
+        timer = self._inline_timer
+        if timer is not None:
+            self._inline_timer = None
+            timer.cancel()
+        return in_flight
+
+    async def _wait_stopped(self) -> None:
+        """``_salvage``: wait for the stopped attempts to end. What they tell is kept (an
+        outcome recorded, a returned acquisition kept for its release); nothing is reported
+        to the core, which is told next that the forward phase is over."""
+        events = self._events
+        while True:
+            while events:
+                self._salvaged(events.popleft())
+            if self._live == 0:
+                return
+            waiter = self._waiter = self._loop.create_future()
+            try:
+                await waiter
+            except _CancelledError:
+                self._waiter = None
+
+    def _salvaged(self, event: Any) -> None:
+        """An event of an attempt stopped by ``_salvage``: what it tells is kept."""
+        kind, attempt, payload = event
+        if attempt is None or not isinstance(attempt, Attempt) or attempt.job >= self._n:
+            return
+        job = attempt.job
+        self._running[job] = None
+        if kind == _RETURNED:
+            if self._nodes[job].release is not None:
+                self._acquisitions[job] = Acquisition(payload, self._nodes[job].output_type)
+        elif kind == _RAISED or kind == _BAD_INPUT:
+            if not isinstance(payload, _CancelledError):
+                self._failures().failed(payload)
+        elif kind == _UNSTARTED and type(attempt.aw) is _CoroutineType:
+            attempt.aw.close()
 
     def _abandon(self, exc: BaseException) -> None:
         """Internal failure of the coordinator: stop everything we started (best effort)."""
