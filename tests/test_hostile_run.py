@@ -191,3 +191,156 @@ def test_a_plan_run_recursively_to_the_limit_releases_every_acquisition_once(
     # The thread is usable afterwards.
     module.RUN = lambda x: asyncio.sleep(0, x)
     assert loop_support.run(plan.execute(inputs={"x": 5})) == {"again": 6}
+
+
+# ------------------------------------------- BaseExceptions from user code the driver calls
+
+HOSTILE = """
+from typing import Any
+from sdax_hamilton import Acquisition, execution, shutdown
+
+class H:
+    where = None  # the place that raises next, once
+    kind = KeyboardInterrupt
+    fail = None  # what fails: "node", "retry", "output", "describe", "release"
+    raised = []
+    acquired = []
+    released = []
+
+def _raise(place):
+    if H.where == place:
+        H.where = None
+        exc = H.kind(place)
+        H.raised.append(exc)
+        raise exc
+
+class Meta(type):
+    def __instancecheck__(cls, obj):
+        _raise(cls.tag)
+        return type(obj) is int
+
+class In(metaclass=Meta):
+    tag = "input check"
+
+class Out(metaclass=Meta):
+    tag = "output check"
+
+class NamedMeta(type):
+    def __getattribute__(cls, name):
+        if name == "__qualname__":
+            _raise("type name")
+        return super().__getattribute__(name)
+
+class Named(metaclass=NamedMeta):
+    pass
+
+class RetryMeta(type):
+    def __instancecheck__(cls, obj):
+        _raise("retryable check")
+        return False
+
+class Retry(Exception, metaclass=RetryMeta):
+    pass
+
+class Noted(Exception):
+    def add_note(self, note):
+        _raise("note")
+        super().add_note(note)
+
+def conn(x: int) -> int:
+    H.acquired.append(("conn", x))
+    return x
+
+@shutdown(of=conn)
+def close_conn(acquired: Acquisition[int]) -> None:
+    H.released.append(("conn", acquired.value))
+
+def session(conn: int) -> int:
+    H.acquired.append(("session", conn))
+    return conn
+
+@shutdown(of=session)
+async def close_session(acquired: Acquisition[int]) -> None:
+    H.released.append(("session", acquired.value))
+    if H.fail == "release":
+        raise Noted("release failed")
+
+def loose(session: int) -> Any:
+    return session
+
+@execution(retries=1, retryable_exceptions=(Retry,), initial_delay=0.0)
+async def checked(loose: In) -> Out:
+    if H.fail == "node":
+        raise Noted("checked failed")
+    if H.fail == "retry":
+        raise ValueError("checked failed")
+    return loose
+
+def described(checked: Any) -> list[Out]:
+    return Named() if H.fail == "describe" else [checked]
+"""
+
+# place -> what fails so that the driver runs that user code
+PLACES = {
+    "input check": None,  # a metaclass __instancecheck__ checking a node's argument
+    "output check": None,  # ... checking a node's value
+    "type name": "describe",  # naming the class of a value that failed its check
+    "note": "node",  # an exception's add_note, noting the node's failure on it
+    "release note": "release",  # ... noting a release's failure on it (shutdown phase)
+    "retryable check": "retry",  # a retryable class's metaclass __instancecheck__
+}
+KINDS = (KeyboardInterrupt, SystemExit, RecursionError, MemoryError)
+
+
+def _notes_everywhere(exc: BaseException) -> list[str]:
+    from sdax_hamilton import failures
+
+    found: list[str] = []
+    for item in [exc, *_leaves(exc), *failures(exc)]:
+        found.extend(getattr(item, "__notes__", []))
+    return found
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["carried", "observed"])
+@pytest.mark.parametrize("mode", ["execute", "open"])
+@pytest.mark.parametrize("kind", KINDS, ids=lambda kind: kind.__name__)
+@pytest.mark.parametrize("place", sorted(PLACES))
+def test_a_base_exception_from_user_code_the_driver_calls_releases_everything(
+    make_module: Any, place: str, kind: type[BaseException], mode: str, watched: bool
+) -> None:
+    module = make_module(HOSTILE)
+    # Inputs are checked where outputs are not (docs/contract.md#run-checks).
+    plan = Driver(module).prepare(["described"], check_outputs=place != "input check")
+    state = module.H
+    state.where, state.kind, state.fail = place.replace("release note", "note"), kind, PLACES[place]
+    events: list[object] = []
+
+    async def main() -> BaseException | None:
+        observer = events.append if watched else None
+        try:
+            if mode == "execute":
+                await plan.execute(inputs={"x": 7}, observer=observer)
+            else:
+                async with plan.open(inputs={"x": 7}, observer=observer):
+                    pass
+        except BaseException as exc:
+            return exc
+        return None
+
+    outcome = loop_support.run(main())
+    # Every acquisition released exactly once, whatever was raised and where.
+    assert sorted(state.released) == sorted(state.acquired) == [("conn", 7), ("session", 7)]
+    (hostile,) = state.raised
+    if kind in (KeyboardInterrupt, SystemExit):
+        # It stops the run as out of a node, and propagates as the primary, itself.
+        assert outcome is hostile
+        return
+    if place in ("input check", "output check") and not watched:
+        # The carrier takes an Exception out of a check for a failed check and hands the
+        # value to the driver, which checks again: the user code raised only once.
+        assert outcome is None
+        return
+    assert isinstance(outcome, ExecutionError), repr(outcome)
+    # Handled where it was raised: the run never had to be salvaged.
+    assert outcome is not None
+    assert not any("could not go on" in note for note in _notes_everywhere(outcome))

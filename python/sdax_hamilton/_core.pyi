@@ -49,10 +49,13 @@ CARRIED: Final[int]  # = 0x80: the Run carried out the first attempt of ``job`` 
 #                      the phase task's ``cancelling()`` count before the call, else
 #                      ``None``; ``timeout`` the START's; ``started`` ``(loop time,
 #                      monotonic time)`` before the call when it has a timeout, else None
-CARRIED_RAISED: Final[int]  # = 0: the call (or its first step) raised ``payload``
+CARRIED_RAISED: Final[int]  # = 0: the call (or its first step) raised ``payload``, or the
+#                             output check did (an owner's acquisition is recorded first)
 CARRIED_RETURNED: Final[int]  # = 1: it returned ``payload``, for the driver to check
 CARRIED_SUSPENDED: Final[int]  # = 2: ``payload`` is ``(coroutine, what its first step yielded)``
 CARRIED_AWAITABLE: Final[int]  # = 3: the call returned ``payload``, an awaitable to await
+CARRIED_REJECTED: Final[int]  # = 4: an input check raised ``payload`` (a KeyboardInterrupt,
+#                               say): nothing was called; the driver reports bad input
 
 Command = tuple[int, int, int, Any]
 """``(op, job, attempt, arg)``: ``arg`` is a float or ``None``, or ``CARRIED``'s pair."""
