@@ -9,12 +9,15 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
+import warnings
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from hamilton.lifecycle import GraphExecutionHook
 from support import loops as loop_support
 
 from sdax_hamilton import Driver, ExecutionError, PreparedPlan
@@ -344,3 +347,106 @@ def test_a_base_exception_from_user_code_the_driver_calls_releases_everything(
     # Handled where it was raised: the run never had to be salvaged.
     assert outcome is not None
     assert not any("could not go on" in note for note in _notes_everywhere(outcome))
+
+
+# ------------------------------------------------------------ open() contexts misused
+
+DROPPED = """
+from sdax_hamilton import Acquisition, shutdown
+
+ACQUIRED = []
+RELEASED = []
+
+def conn(x: int) -> int:
+    ACQUIRED.append(x)
+    return x
+
+@shutdown(of=conn)
+async def close_conn(acquired: Acquisition[int]) -> None:
+    RELEASED.append(acquired.value)
+
+def out(conn: int) -> int:
+    return conn
+"""
+
+
+class _GraphHooks(GraphExecutionHook):
+    """A real Hamilton lifecycle adapter: counts its graph hooks."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def run_before_graph_execution(self, **kwargs: Any) -> None:
+        self.calls.append("before")
+
+    def run_after_graph_execution(self, **kwargs: Any) -> None:
+        self.calls.append("after")
+
+
+@pytest.mark.parametrize("adapted", [False, True], ids=["plain", "adapters"])
+async def test_exiting_an_open_context_never_entered_says_what_to_do(
+    make_module: Any, adapted: bool
+) -> None:
+    module = make_module(DROPPED)
+    hooks = _GraphHooks()
+    plan = Driver(module, adapters=[hooks] if adapted else None).prepare(["out"])
+    context = plan.open(inputs={"x": 1})
+    with pytest.raises(RuntimeError, match=r"never entered: use it as `async with plan\.open"):
+        await context.__aexit__(None, None, None)
+    assert module.ACQUIRED == [] and hooks.calls == []  # nothing ran
+    async with context as values:  # still usable as intended
+        assert values == {"out": 1}
+    assert module.RELEASED == [1]
+
+
+async def _spin(times: int = 10) -> None:
+    for _ in range(times):
+        await asyncio.sleep(0)
+
+
+@pytest.mark.parametrize("adapted", [False, True], ids=["plain", "adapters"])
+async def test_an_open_context_dropped_while_entered_warns_and_is_released(
+    make_module: Any, adapted: bool
+) -> None:
+    module = make_module(DROPPED)
+    hooks = _GraphHooks()
+    plan = Driver(module, adapters=[hooks] if adapted else None).prepare(["out"])
+    context = plan.open(inputs={"x": 5})
+    assert await context.__aenter__() == {"out": 5}
+    assert module.RELEASED == []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del context
+        gc.collect()
+        await _spin()
+    (warning,) = [w for w in caught if issubclass(w.category, ResourceWarning)]
+    message = str(warning.message)
+    assert "dropped while entered, never exited" in message
+    assert "async with plan.open(...) as values:" in message
+    if not adapted:
+        assert "held ['conn']" in message  # the owned nodes still held, by name
+    # Released once, in a task of its own (as asyncio closes a dropped async generator).
+    assert module.RELEASED == [5]
+    if adapted:
+        assert hooks.calls == ["before", "after"]
+
+
+def test_an_open_context_dropped_after_its_loop_closed_only_warns(make_module: Any) -> None:
+    module = make_module(DROPPED)
+    plan = Driver(module).prepare(["out"])
+    held: list[Any] = []
+
+    async def enter() -> None:
+        context = plan.open(inputs={"x": 9})
+        await context.__aenter__()
+        held.append(context)
+
+    loop_support.run(enter())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        held.clear()
+        gc.collect()
+    (warning,) = [w for w in caught if issubclass(w.category, ResourceWarning)]
+    assert "held ['conn']" in str(warning.message)
+    assert "releases run now" not in str(warning.message)  # no loop left to run them
+    assert module.RELEASED == []

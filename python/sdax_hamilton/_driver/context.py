@@ -12,6 +12,7 @@ import asyncio
 import sys
 import threading
 import types
+import warnings
 from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
 from typing import Any, Final, NoReturn
@@ -42,6 +43,13 @@ JITTER_SEED: ContextVar[int | None] = ContextVar("sdax_hamilton_jitter_seed", de
 """Set by ``sdax_hamilton.testing.jitter_seed``: seeds every run opened meanwhile."""
 INSTANT_RETRIES: ContextVar[bool] = ContextVar("sdax_hamilton_instant_retries", default=False)
 """Set by ``sdax_hamilton.testing.instant_retries``: retry waits of runs opened meanwhile are 0."""
+
+NEVER_ENTERED: Final = (
+    "sdax_hamilton: __aexit__ of an open() context that was never entered: use it as "
+    "`async with plan.open(...) as values:` (its __aenter__ runs the forward phase, its "
+    "__aexit__ the releases)"
+)
+"""Why ``__aexit__`` of an ``open()`` context is refused before ``__aenter__``."""
 
 PHASE_TASK_NAME: Final = "sdax_hamilton run"
 """The name of a run's phase tasks (a name given costs less than ``Task-N`` on 3.11)."""
@@ -144,6 +152,7 @@ def open_run(
     observer: object = None,
     timeout: float | None = None,
     carrier: _core.Carrier | None = None,
+    body: bool = False,
 ) -> RunContext:
     """One execution of ``plan`` as an async context manager (docs/api.md, "execute and
     open").
@@ -157,13 +166,14 @@ def open_run(
     core's ``Run`` option). ``timeout`` is the forward phase's budget in seconds (already
     checked, ``None`` for none), measured from entering the context. ``carrier`` (the
     plan's, from ``carrier_of(nodes)``) lets the core's ``Run`` carry out lone STARTs
-    itself (docs/internals.md, "How the driver carries out STARTs").
+    itself (docs/internals.md, "How the driver carries out STARTs"). ``body``: the run is
+    ``open()``'s, whose context may be dropped without being exited (``HeldRun``).
     """
     observers = None if observer is None else observers_of(observer)
     test_seed = JITTER_SEED.get()
     if test_seed is not None:
         seed = test_seed
-    return RunContext(
+    return (HeldRun if body else RunContext)(
         plan, nodes, values, outputs, seed, observers, INSTANT_RETRIES.get(), timeout, carrier
     )
 
@@ -171,7 +181,9 @@ def open_run(
 class RunContext(OutcomeHandling):
     """One run; the async context manager returned by :func:`open_run`."""
 
-    __slots__ = ()
+    __slots__ = ("_held",)
+
+    _held: bool  # entered, the forward phase over, and not exited yet (``open()``'s body)
 
     # ----------------------------------------------------------------- context protocol
 
@@ -180,6 +192,7 @@ class RunContext(OutcomeHandling):
         await self._phase(self._coordinate(None), False)
         if self._record is None:
             values = self._values
+            self._held = True
             return {name: values[name] for name in self._outputs}
         if not self._shutting:  # a salvaged forward phase has carried out its releases
             await self._cleanup()
@@ -267,6 +280,9 @@ class RunContext(OutcomeHandling):
         exc: BaseException | None,
         traceback: types.TracebackType | None,
     ) -> bool:
+        if not self._entered:
+            raise RuntimeError(NEVER_ENTERED)
+        self._held = False
         try:
             if exc is not None:
                 self._failures().body_raised(exc)
@@ -697,3 +713,55 @@ class RunContext(OutcomeHandling):
         if attempt is not None and attempt.timed_out:
             return  # already cancelled once, by its timeout: aborted once it has drained
         task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline
+
+
+class HeldRun(RunContext):
+    """An ``open()`` run: a ``RunContext`` that notices being dropped while held.
+
+    A context entered and never exited holds what its nodes acquired. When it is collected
+    it says so with a ``ResourceWarning`` naming the owned nodes still held (as asyncio
+    warns about a coroutine never awaited) and, while its loop is open, carries out its
+    releases in a task of their own, as its ``__aexit__`` would have (as asyncio closes an
+    async generator dropped unfinished). ``execute()`` never holds a run: its runs are
+    plain ``RunContext``s, with no finalizer to call.
+    """
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_held", False):
+            return
+        self._held = False
+        n = self._n
+        nodes = self._nodes
+        held = [
+            nodes[job].name
+            for job, record in enumerate(self._acquisitions[:n])
+            if record is not None and nodes[job].release is not None
+        ]
+        loop = self._loop
+        releasing = False
+        if held and not loop.is_closed():
+            try:  # first: a warning filter may turn the warning into an error
+                loop.call_soon_threadsafe(self._release_dropped)
+                releasing = True
+            except RuntimeError:  # closed meanwhile (another thread)
+                pass
+        warnings.warn(
+            "sdax_hamilton: an open() context was dropped while entered, never exited; "
+            f"it held {held or 'no resource'}"
+            + ("; its releases run now, in a task" if releasing else "")
+            + ". Exit it: `async with plan.open(...) as values:`",
+            ResourceWarning,
+            stacklevel=2,
+            source=self,
+        )
+
+    def _release_dropped(self) -> None:
+        self._loop.create_task(self._exit_dropped(), name=PHASE_TASK_NAME)
+
+    async def _exit_dropped(self) -> None:
+        try:
+            await self.__aexit__(None, None, None)
+        except Exception:  # logged as each release failed; nobody to raise it to
+            pass
