@@ -405,15 +405,18 @@ impl PyCarrier {
                 // returned is still what its release gets
                 Err(e) => {
                     if node.owned {
-                        self.record(py, job, &value, node, carrying)?;
+                        // best effort: the termination is what must reach the driver
+                        let _ = self.record(py, job, &value, node, carrying);
                     }
                     let raised = exception(e, py);
                     return Ok(Carried::HandBack(RAISED, raised, passed.keywords(node)?));
                 }
             }
         }
-        if node.owned {
-            self.record(py, job, &value, node, carrying)?;
+        // The record is Python code (near the recursion limit, say, it can fail): then the
+        // driver records the value itself, as for a value it checks.
+        if node.owned && self.record(py, job, &value, node, carrying).is_err() {
+            return Ok(Carried::HandBack(RETURNED, value, passed.keywords(node)?));
         }
         values.set_item(node.name.bind(py), value)?;
         Ok(Carried::Done)

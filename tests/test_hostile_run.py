@@ -176,24 +176,53 @@ def test_a_plan_run_recursively_to_the_limit_releases_every_acquisition_once(
 
     module.RUN = run
 
-    async def main() -> BaseException:
-        with pytest.raises(BaseException) as caught:
-            await run(0)
-        return caught.value
+    async def main() -> list[BaseException]:
+        errors: list[BaseException] = []
+        # Each level of the recursion is several frames deep: starting it from each of
+        # that many depths, every level meets the limit at each point of its course.
+        for extra in range(18):
+            module.ACQUIRED.clear()
+            module.RELEASED.clear()
+            with pytest.raises(BaseException) as caught:
+                await _at_depth(extra, lambda: run(0))
+            errors.append(caught.value)
+            # Every run that acquired released exactly once, whatever depth it failed at.
+            assert len(module.ACQUIRED) > 20
+            assert sorted(module.RELEASED) == sorted(module.ACQUIRED), extra
+        return errors
 
-    error = loop_support.run(main())
-    # Every run that acquired released exactly once, whatever depth it failed at.
-    assert len(module.ACQUIRED) > 50
-    assert sorted(module.RELEASED) == sorted(module.ACQUIRED)
-    assert len(set(module.RELEASED)) == len(module.RELEASED)
-    # A clear failure: the node's failure all the way down to the RecursionError.
-    assert isinstance(error, ExecutionError), repr(error)
-    leaves = _leaves(error)
-    assert leaves and all(isinstance(leaf, RecursionError) for leaf in leaves), leaves
-    assert not any(isinstance(leaf, KeyError) for leaf in leaves)
+    for error in loop_support.run(main()):
+        # A clear failure: the node's failure all the way down to the RecursionError.
+        assert isinstance(error, ExecutionError), repr(error)
+        leaves = _leaves(error)
+        assert leaves and all(isinstance(leaf, RecursionError) for leaf in leaves), leaves
     # The thread is usable afterwards.
     module.RUN = lambda x: asyncio.sleep(0, x)
     assert loop_support.run(plan.execute(inputs={"x": 5})) == {"again": 6}
+
+
+def test_a_nested_run_too_close_to_the_limit_is_refused_before_anything_runs(
+    make_module: Any,
+) -> None:
+    module = make_module(RECURSIVE)
+    plan = Driver(module).prepare(["again"])
+    refused: list[BaseException] = []
+
+    async def run(x: int) -> Any:
+        try:
+            return await plan.execute(inputs={"x": x})
+        except RecursionError as error:
+            if "nothing ran" in str(error):
+                refused.append(error)
+            raise
+
+    module.RUN = run
+    with pytest.raises(ExecutionError):
+        loop_support.run(run(0))
+    (error,) = refused  # the innermost run, refused; every enclosing one failed with it
+    assert "too deep to carry it out" in str(error)
+    # The refused run acquired nothing: every acquisition is one of a run that started.
+    assert sorted(module.RELEASED) == sorted(module.ACQUIRED) == list(range(len(module.ACQUIRED)))
 
 
 # ------------------------------------------- BaseExceptions from user code the driver calls

@@ -351,6 +351,10 @@ class Run:
     def succeeded_jobs(self) -> list[int]:
         """Forward jobs that completed successfully."""
 
+def has_room(frames: int) -> bool:
+    """Whether ``frames`` more levels of recursion fit below the recursion limit now
+    (Python 3.11's counter, which C calls share with Python frames); nothing runs."""
+
 def run_budget(timeout: object) -> float | None:
     """Check a run's ``timeout`` (the forward phase's budget in seconds) and return it:
     ``None`` for none (``None`` or ``inf``); an int/float (not bool) ``>= 0`` otherwise.

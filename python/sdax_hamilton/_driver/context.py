@@ -52,7 +52,34 @@ NEVER_ENTERED: Final = (
 """Why ``__aexit__`` of an ``open()`` context is refused before ``__aenter__``."""
 
 PHASE_TASK_NAME: Final = "sdax_hamilton run"
-"""The name of a run's phase tasks (a name given costs less than ``Task-N`` on 3.11)."""
+"""The name of a run's phase and attempt tasks (a name given costs less than ``Task-N`` on
+3.11); a run started in one of them is nested in another (``_check_room``)."""
+
+ROOM: Final = 100
+"""The frames a run needs below the recursion limit to carry itself out, whatever its nodes
+raise (its bookkeeping, logging and releases): a nested run started with less is refused."""
+
+
+def _check_room() -> None:
+    """Refuse a run started too close to the recursion limit, before anything runs.
+
+    A run inside a run's node (a plan run recursively, say) starts its phase eagerly, one
+    stack deeper each time; with no room left below the limit, the run's own bookkeeping
+    would fail part-way and leave its acquisitions to a salvage (``_salvage``). Refused
+    here, it is the node's ``RecursionError``, which the enclosing run handles with the
+    room this keeps (docs/contract.md#hostile-run). Asked only of nested runs."""
+    if sys.version_info >= (3, 12):
+        # The limit counts Python frames alone: are there ``ROOM`` fewer than it allows?
+        try:
+            sys._getframe(sys.getrecursionlimit() - ROOM)
+        except ValueError:
+            return
+    elif _core.has_room(ROOM):  # 3.11: C calls count too, and only the counter knows
+        return
+    raise RecursionError(
+        f"sdax_hamilton: a run nested in another started within {ROOM} levels of the "
+        f"recursion limit ({sys.getrecursionlimit()}): too deep to carry it out, nothing ran"
+    )
 
 
 if sys.version_info >= (3, 12):
@@ -181,9 +208,10 @@ def open_run(
 class RunContext(OutcomeHandling):
     """One run; the async context manager returned by :func:`open_run`."""
 
-    __slots__ = ("_held",)
+    __slots__ = ("_held", "_salvaging")
 
     _held: bool  # entered, the forward phase over, and not exited yet (``open()``'s body)
+    _salvaging: bool  # ``_salvage`` began (set only then)
 
     # ----------------------------------------------------------------- context protocol
 
@@ -255,8 +283,11 @@ class RunContext(OutcomeHandling):
         else:  # a keyword argument costs a run ~0.15 µs in the bindings
             self._run = _core.Run(self._plan, self._seed)
         loop = self._loop = _running_loop()
-        if _task_of(loop) is None:
+        caller = _task_of(loop)
+        if caller is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
+        if caller.get_name() is PHASE_TASK_NAME:
+            _check_room()  # a run inside a run's node: runs nest on one stack
         budget = self._budget
         if budget is not None:
             # The core decides from the deadline; we tell it the time before each event.
@@ -413,11 +444,34 @@ class RunContext(OutcomeHandling):
         if internal is not None:
             # run_finished was emitted when the coordinator gave up
             self._drop_listeners()
-            self._dispose()
+            if self._shutting or getattr(self, "_salvaging", False):
+                self._dispose()
+            else:
+                # Too deep even to begin the salvage (``_coordinate``): it runs in a task of
+                # its own, from the loop; the caller gets the failure now.
+                self._salvage_detached(internal)
             try:
                 raise internal
             finally:
                 del internal
+
+    def _salvage_detached(self, exc: BaseException) -> None:
+        try:  # the task is created from the loop: a task failing to be made here would warn
+            self._loop.call_soon(self._salvage_task, exc)
+        except BaseException:
+            pass
+
+    def _salvage_task(self, exc: BaseException) -> None:
+        self._loop.create_task(self._salvage_in_task(exc), name=PHASE_TASK_NAME)
+
+    async def _salvage_in_task(self, exc: BaseException) -> None:
+        self._task = _task_of(self._loop)
+        try:
+            if not await self._salvage(exc):
+                self._abandon(exc)
+        finally:
+            del self._task
+            self._dispose()
 
     async def _take_pending_cancellation(self, shutdown: bool) -> None:
         """Yield once: the caller may have a cancellation pending (``cancelling()`` counts
@@ -580,6 +634,7 @@ class RunContext(OutcomeHandling):
         failed. ``exc`` is then a failure of the run like a node's (a termination its
         primary), and the run ends as a failed one. False when even that failed: the run
         is abandoned as before, ``exc`` raised as is."""
+        self._salvaging = True
         try:
             try:
                 await _sleep(0)  # leave the depth that failed
@@ -732,6 +787,12 @@ class HeldRun(RunContext):
         if not getattr(self, "_held", False):
             return
         self._held = False
+        try:
+            self._dropped()
+        except BaseException:  # dropped near the recursion limit, say: a finalizer cannot raise
+            pass
+
+    def _dropped(self) -> None:
         n = self._n
         nodes = self._nodes
         held = [
