@@ -144,12 +144,13 @@ def is_retryable(exc: BaseException, retryable: tuple[type[BaseException], ...])
 # Hostile faults: BaseExceptions out of user code the driver itself calls
 # ------------------------------------------------------------------------------------------
 
-HOSTILE_PLACES = ("type check", "note", "retryable check", "observer")
+HOSTILE_PLACES = ("type check", "note", "retryable check", "observer", "type name")
 """Where a hostile fault raises: a metaclass ``__instancecheck__`` of the annotation every
 value is checked against (inputs, outputs, acquisitions); an exception class's
 ``add_note``, when the driver notes a failure on it; a metaclass ``__instancecheck__`` of a
 class in every retryable set, when the driver asks whether a failure is retried; the run's
-observer, at one of its events."""
+observer, at one of its events; the class of a value that fails its output check, when the
+driver names it in the error (its ``__qualname__``, through its metaclass)."""
 HOSTILE_KINDS: tuple[type[BaseException], ...] = (
     KeyboardInterrupt,
     SystemExit,
@@ -207,6 +208,17 @@ class _RetryMeta(type):
 
 class HostileRetry(Exception, metaclass=_RetryMeta):
     """First in every retryable set of a hostile scenario; matches nothing."""
+
+
+class _NamedMeta(type):
+    def __getattribute__(cls, name: str) -> Any:
+        if name == "__qualname__":
+            hostile_point("type name")
+        return super().__getattribute__(name)
+
+
+class Named(metaclass=_NamedMeta):
+    """What a ``bad`` step returns in a scenario whose hostile fault is the type name."""
 
 
 class Noted(Exception):
@@ -586,7 +598,10 @@ class Harness:
         value = expected_value(rec.idx, rec.kwargs)
         if value is None:
             rec.outcome = "bad_input"
-        return BAD_VALUE if step.kind == "bad" else value
+        if step.kind != "bad":
+            return value
+        hostile = self.scenario.hostile
+        return Named() if hostile is not None and hostile.place == "type name" else BAD_VALUE
 
     def _act(self, rec: AttemptRec, step: Step, value: Any) -> Any:
         if step.kind == "raise":
@@ -1205,13 +1220,22 @@ def scenarios(draw: st.DrawFn, max_nodes: int = 60) -> Scenario:
 def gen_hostile_scenario(ch: Chooser, max_nodes: int = 30) -> Scenario:
     """A scenario of ``gen_scenario`` with a hostile fault (``Hostile``); a fault that
     needs a failure to be reached gets one: the first requested output raises on its first
-    attempt (a ``noted`` exception for the note, a plain one for the retryable check)."""
+    attempt (a ``noted`` exception for the note, a plain one for the retryable check), or
+    returns a ``Named`` (the type name: outputs are checked, and its check names it)."""
     scenario = gen_scenario(ch, max_nodes)
     place = ch.choice(HOSTILE_PLACES)
-    # Checks and events are many in a run, notes and retry questions one per failure.
+    # Checks and events are many in a run; notes, retry questions and type names one per
+    # failure.
     after = ch.integer(0, 3) if place in ("type check", "observer") else ch.integer(0, 1)
     hostile = Hostile(place, ch.choice(HOSTILE_KINDS), after)
     nodes = list(scenario.nodes)
+    if hostile.place == "type name":  # the first output returns a value of that class
+        first = scenario.outputs[0]
+        nodes = [
+            replace(node, steps=(Step(kind="bad"), *node.steps)) if node.idx == first else node
+            for node in nodes
+        ]
+        scenario = replace(scenario, check_outputs=True)  # its output check names it
     if hostile.place in ("note", "retryable check"):
         exc = "noted" if hostile.place == "note" else "value"
 

@@ -32,6 +32,7 @@ from support.campaign import (
     AttemptRec,
     CancelRec,
     Compiled,
+    Named,
     NodeDef,
     PolicyDef,
     RunState,
@@ -46,6 +47,11 @@ from support.campaign import (
 
 NEVER = 10**9
 """A sequence number after every event of a run."""
+
+
+def _bad(value: Any) -> bool:
+    """What a ``bad`` step returned: ``BAD_VALUE``, or a ``Named`` (a hostile scenario's)."""
+    return type(value) is Named or (type(value) is str and value == BAD_VALUE)
 
 
 class Violation(AssertionError):
@@ -257,7 +263,7 @@ def forward_failures_are_expected(run: RunCheck) -> None:
             # never started: legitimate only when the run aborted (checked by the liveness
             # rule), or when its input check failed (check_outputs=False, a bad value)
             dep_values = [[r for r in state.records("node", d) if r.returned] for d in node.deps]
-            if all(dep_values) and any(v[-1].value == BAD_VALUE for v in dep_values):
+            if all(dep_values) and any(_bad(v[-1].value) for v in dep_values):
                 if not run.scenario.check_outputs:
                     run.expects.append(Expect("input", "node", idx, required=False))
             run.incomplete.append(node.name)
@@ -283,7 +289,7 @@ def forward_failures_are_expected(run: RunCheck) -> None:
                 run.cancelled_without_timeout = True
             run.incomplete.append(node.name)
         elif last.outcome in ("ok", "swallowed"):
-            if run.scenario.check_outputs and last.value == BAD_VALUE:
+            if run.scenario.check_outputs and _bad(last.value):
                 # optional: a value returned while the run was already aborting is drained
                 # (the liveness rule still demands it when nothing else failed)
                 run.expects.append(Expect("output", "node", idx, False, attempts=attempts))
