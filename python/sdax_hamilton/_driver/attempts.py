@@ -37,7 +37,6 @@ _CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
 _CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
 _CARRIED_REJECTED: Final = _core.CARRIED_REJECTED
 _CoroutineType: Final = types.CoroutineType
-_TASK_NAME: Final = "sdax_hamilton run"  # as the phase tasks' (``context.PHASE_TASK_NAME``)
 _monotonic: Final = time.monotonic
 _MONOTONIC_LOOP_TIME: Final = asyncio.BaseEventLoop.time
 
@@ -356,7 +355,7 @@ class AttemptMechanics(RunState):
                 self._post((UNSTARTED, attempt, None))
                 continue
             self._live += 1  # before create_task: an eager task factory may finish it at once
-            attempt.task = loop.create_task(self._attempt_task(attempt), name=_TASK_NAME)
+            attempt.task = loop.create_task(self._attempt_task(attempt))
             timeout = attempt.timeout
             if timeout is not None:
                 attempt.timer = loop.call_at(

@@ -52,8 +52,12 @@ NEVER_ENTERED: Final = (
 """Why ``__aexit__`` of an ``open()`` context is refused before ``__aenter__``."""
 
 PHASE_TASK_NAME: Final = "sdax_hamilton run"
-"""The name of a run's phase and attempt tasks (a name given costs less than ``Task-N`` on
-3.11); a run started in one of them is nested in another (``_check_room``)."""
+"""The name of a run's phase tasks (a name given costs less than ``Task-N`` on 3.11)."""
+
+_IN_RUN: Final[ContextVar[bool]] = ContextVar("sdax_hamilton_in_run", default=False)
+"""Set in each phase task's context (a copy of its caller's): what runs in it, or in a task
+made from it, is inside a run, and a run it starts is nested (``_check_room``)."""
+_in_run: Final = _IN_RUN.get
 
 ROOM: Final = 100
 """The frames a run needs below the recursion limit to carry itself out, whatever its nodes
@@ -68,14 +72,16 @@ def _check_room() -> None:
     would fail part-way and leave its acquisitions to a salvage (``_salvage``). Refused
     here, it is the node's ``RecursionError``, which the enclosing run handles with the
     room this keeps (docs/contract.md#hostile-run). Asked only of nested runs."""
-    if sys.version_info >= (3, 12):
-        # The limit counts Python frames alone: are there ``ROOM`` fewer than it allows?
+    # The recursion counter of C calls (on 3.11 Python frames count against it too; from
+    # 3.12 it has a limit of its own, which nested eager tasks can reach first).
+    if _core.has_room(ROOM):
+        if sys.version_info < (3, 12):
+            return
+        # From 3.12 the recursion limit counts Python frames alone.
         try:
             sys._getframe(sys.getrecursionlimit() - ROOM)
         except ValueError:
             return
-    elif _core.has_room(ROOM):  # 3.11: C calls count too, and only the counter knows
-        return
     raise RecursionError(
         f"sdax_hamilton: a run nested in another started within {ROOM} levels of the "
         f"recursion limit ({sys.getrecursionlimit()}): too deep to carry it out, nothing ran"
@@ -92,9 +98,13 @@ if sys.version_info >= (3, 12):
         factory: a phase that never suspends (small graphs with quick nodes) is over before
         this returns, without a loop iteration; the caller then handles it as under an eager
         task factory (``RunContext._phase``, tests/test_driver_loops.py)."""
-        if loop.get_task_factory() is None:
-            return asyncio.Task(coordinator, loop=loop, eager_start=True, name=PHASE_TASK_NAME)
-        return loop.create_task(coordinator, name=PHASE_TASK_NAME)
+        try:
+            if loop.get_task_factory() is None:
+                return asyncio.Task(coordinator, loop=loop, eager_start=True, name=PHASE_TASK_NAME)
+            return loop.create_task(coordinator, name=PHASE_TASK_NAME)
+        except BaseException:
+            coordinator.close()  # never started (a RecursionError near the limit, say)
+            raise
 
 else:
     # ``asyncio.current_task`` is Python code on 3.11; the table it reads is C's.
@@ -286,7 +296,7 @@ class RunContext(OutcomeHandling):
         caller = _task_of(loop)
         if caller is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
-        if caller.get_name() is PHASE_TASK_NAME:
+        if _in_run():
             _check_room()  # a run inside a run's node: runs nest on one stack
         budget = self._budget
         if budget is not None:
@@ -509,6 +519,7 @@ class RunContext(OutcomeHandling):
         run = self._run
         carrying = None
         try:
+            _IN_RUN.set(True)  # this task's own context: never the caller's
             loop = self._loop
             task = _task_of(loop)
             assert task is not None
