@@ -43,6 +43,9 @@ pub(crate) const RAISED: u32 = 0;
 pub(crate) const RETURNED: u32 = 1;
 pub(crate) const SUSPENDED: u32 = 2;
 pub(crate) const AWAITABLE: u32 = 3;
+/// An input check raised (a `KeyboardInterrupt` out of a metaclass's `__instancecheck__`,
+/// say; an `Exception` only fails the check): nothing was called.
+pub(crate) const REJECTED: u32 = 4;
 
 /// How to call one forward node inline.
 struct NodeCall {
@@ -300,6 +303,19 @@ pub(crate) struct Back<'py> {
     pub(crate) yielded: Option<Bound<'py, PyAny>>,
     pub(crate) kwargs: Option<Bound<'py, PyAny>>,
     pub(crate) cancelling: Option<i64>,
+}
+
+impl<'py> Back<'py> {
+    /// A hand-back with nothing yielded and no cancellation count.
+    fn plain(how: u32, payload: Bound<'py, PyAny>, kwargs: Option<Bound<'py, PyAny>>) -> Self {
+        Back {
+            how,
+            payload,
+            yielded: None,
+            kwargs,
+            cancelling: None,
+        }
+    }
 }
 
 /// A carried START handed back to the driver: the `arg` of a `CARRIED` command.
@@ -583,17 +599,23 @@ impl PyCarrier {
             return Ok(Carried::Declined);
         };
         let call = node.call.bind(py);
+        // What a check raised (it is not a failed check) ends the attempt before the call.
+        let rejected = |e: PyErr| Carried::HandBack(Back::plain(REJECTED, exception(e, py), None));
         let (passed, settled) = match &node.positional {
             Some(indexes) => {
-                let Some(args) = node.positional_args(values, indexes)? else {
-                    return Ok(Carried::Declined);
+                let args = match node.positional_args(values, indexes) {
+                    Ok(Some(args)) => args,
+                    Ok(None) => return Ok(Carried::Declined),
+                    Err(e) => return Ok(rejected(e)),
                 };
                 let settled = self.settle(py, call.call1(&args));
                 (Passed::Positional(args), settled)
             }
             None => {
-                let Some(kwargs) = node.kwargs(values)? else {
-                    return Ok(Carried::Declined);
+                let kwargs = match node.kwargs(values) {
+                    Ok(Some(kwargs)) => kwargs,
+                    Ok(None) => return Ok(Carried::Declined),
+                    Err(e) => return Ok(rejected(e)),
                 };
                 let settled = self.settle(py, call.call((), Some(&kwargs)));
                 (Passed::Keywords(kwargs), settled)
@@ -614,26 +636,50 @@ impl PyCarrier {
             }
         };
         if let Some(check) = &node.output_check {
-            if !check.passes(&value)? {
+            match check.passes(&value) {
+                Ok(true) => {}
                 // the driver checks again and reports the failure
-                return Ok(Carried::HandBack(Back {
-                    how: RETURNED,
-                    payload: value,
-                    yielded: None,
-                    kwargs: Some(passed.keywords(node)?),
-                    cancelling: None,
-                }));
+                Ok(false) => {
+                    let kwargs = Some(passed.keywords(node)?);
+                    return Ok(Carried::HandBack(Back::plain(RETURNED, value, kwargs)));
+                }
+                // the check raised (a KeyboardInterrupt): the node's outcome, and what it
+                // returned is still what its release gets
+                Err(e) => {
+                    if node.owned {
+                        // best effort: the termination is what must reach the driver
+                        let _ = self.record(py, job, &value, node, carrying);
+                    }
+                    let raised = exception(e, py);
+                    let kwargs = Some(passed.keywords(node)?);
+                    return Ok(Carried::HandBack(Back::plain(RAISED, raised, kwargs)));
+                }
             }
         }
-        if node.owned {
-            let record = self
-                .acquisition
-                .bind(py)
-                .call1((&value, node.output_type.bind(py)))?;
-            carrying.acquisitions.bind(py).set_item(job, record)?;
+        // The record is Python code (near the recursion limit, say, it can fail): then the
+        // driver records the value itself, as for a value it checks.
+        if node.owned && self.record(py, job, &value, node, carrying).is_err() {
+            let kwargs = Some(passed.keywords(node)?);
+            return Ok(Carried::HandBack(Back::plain(RETURNED, value, kwargs)));
         }
         values.set_item(node.name.bind(py), value)?;
         Ok(Carried::Done)
+    }
+
+    /// Record what owner `job` returned for its release.
+    fn record(
+        &self,
+        py: Python<'_>,
+        job: usize,
+        value: &Bound<'_, PyAny>,
+        node: &NodeCall,
+        carrying: &Carrying,
+    ) -> PyResult<()> {
+        let record = self
+            .acquisition
+            .bind(py)
+            .call1((value, node.output_type.bind(py)))?;
+        carrying.acquisitions.bind(py).set_item(job, record)
     }
 
     /// Carry out the first attempt of the release of forward job `owner`.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import warnings
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,7 +20,16 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import _core
-from ._executor import JobTable, NodeRuntime, ReleaseRuntime, RunContext, carrier_of, open_run
+from ._executor import (
+    NEVER_ENTERED,
+    HeldRun,
+    JobTable,
+    NodeRuntime,
+    ReleaseRuntime,
+    RunContext,
+    carrier_of,
+    open_run,
+)
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
 from ._types import accepts, checker, compatible, describe, mismatch, split_check, validate_type
@@ -180,13 +190,15 @@ class PreparedPlan:
         program = self._program
         adapters = program.adapters
         if adapters is None:
-            return self._run(values, observer, budget)
-        return adapters.open(
-            functools.partial(self._run, values, observer, budget),
-            final_vars=self.outputs,
-            inputs=inputs or {},
-            overrides=overrides or {},
-            execution_path=program.plan.nodes,
+            return self._held_run(values, observer, budget)
+        return _Entered(
+            adapters.open(
+                functools.partial(self._held_run, values, observer, budget),
+                final_vars=self.outputs,
+                inputs=inputs or {},
+                overrides=overrides or {},
+                execution_path=program.plan.nodes,
+            )
         )
 
     def _run(self, values: dict[str, Any], observer: object, budget: float | None) -> RunContext:
@@ -195,6 +207,10 @@ class PreparedPlan:
         jobs = program.jobs
         assert jobs is not None  # set by build_plan
         return open_run(program.plan, jobs, values, self.outputs, program.seed, observer, budget)
+
+    def _held_run(self, values: dict[str, Any], observer: object, budget: float | None) -> HeldRun:
+        """``_run`` for ``open()``, whose context may be dropped without being exited."""
+        return HeldRun(self._run(values, observer, budget))
 
     def to_dot(self) -> str:
         """Graphviz DOT of the selected graph.
@@ -250,6 +266,41 @@ class PreparedPlan:
             inputs=inputs, overrides=overrides, observer=observer, timeout=timeout
         ) as results:
             return results
+
+
+class _Entered(contextlib.AbstractAsyncContextManager[dict[str, Any]]):
+    """``open()`` with adapters: their context (a generator's), exited only once entered
+    (a generator's ``__aexit__`` alone would run the whole run, then complain). Dropped
+    while entered, it warns as a plain run's does (``HeldRun``); the generator's own
+    finalization (asyncio's, for async generators) carries out the releases."""
+
+    __slots__ = ("_context", "_held")
+
+    def __init__(self, context: contextlib.AbstractAsyncContextManager[dict[str, Any]]) -> None:
+        self._context = context
+        self._held: bool | None = None  # None: never entered
+
+    async def __aenter__(self) -> dict[str, Any]:
+        self._held = False
+        values = await self._context.__aenter__()
+        self._held = True
+        return values
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        if self._held is None:
+            raise RuntimeError(NEVER_ENTERED)
+        self._held = False
+        return await self._context.__aexit__(*exc_info)
+
+    def __del__(self) -> None:
+        if self._held:
+            warnings.warn(
+                "sdax_hamilton: an open() context was dropped while entered, never exited; "
+                "its releases run when asyncio finalizes it. Exit it: "
+                "`async with plan.open(...) as values:`",
+                ResourceWarning,
+                stacklevel=2,
+            )
 
 
 def _check_values(

@@ -17,15 +17,17 @@ docs/internals.md follows one ``execute()`` through these modules:
 * ``reporter``: logs and observers, behind one object.
 """
 
-from .context import INSTANT_RETRIES, JITTER_SEED, RunContext, open_run
+from .context import INSTANT_RETRIES, JITTER_SEED, NEVER_ENTERED, HeldRun, RunContext, open_run
 from .jobs import JobTable
 from .runtime import TIMEOUT_MESSAGE, NodeRuntime, ReleaseRuntime, carrier_of
 from .verdicts import is_retryable
 
 __all__ = [
+    "HeldRun",
     "INSTANT_RETRIES",
     "JITTER_SEED",
     "JobTable",
+    "NEVER_ENTERED",
     "NodeRuntime",
     "ReleaseRuntime",
     "RunContext",

@@ -37,6 +37,7 @@ _CARRIED: Final = _core.CARRIED
 _CARRIED_RAISED: Final = _core.CARRIED_RAISED
 _CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
 _CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
+_CARRIED_REJECTED: Final = _core.CARRIED_REJECTED
 _RETURNED: Final = EventKind.RETURNED
 _RAISED: Final = EventKind.RAISED
 _ELAPSED: Final = EventKind.ELAPSED
@@ -166,14 +167,10 @@ class Calls:
         return clipped is not None and job.forward and clipped[job.id] == attempt_number
 
     def _sleep_over(self, job: int, deadline: float, due: float) -> None:
-        """The retry wait's timer fired: report it over, or re-arm it if it fired early.
-
-        A wait lasts at least its delay by the loop's clock and by the monotonic clock:
-        uvloop's timers fire up to a millisecond early against ``loop.time()`` (libuv's
-        clock has millisecond resolution and is read once per iteration), asyncio's by up
-        to the clock's resolution. ``due`` is the monotonic deadline, ``_NO_DUE`` when the
-        loop's clock is the only one that counts (``_clocks_differ()`` false).
-        """
+        """The retry wait's timer fired: report it over, or re-arm it if it fired early (a
+        wait lasts its delay by the loop's clock and by the monotonic one, ``due``, unless
+        the loop's is the only one: docs/internals.md, "Timers are checked when they
+        fire")."""
         rest = max(deadline - self._loop.time(), due - _monotonic())
         if rest > 0.0:
             self.table.sleeps[job] = self._loop.call_later(
@@ -216,11 +213,24 @@ class Calls:
             except BaseException as exc:
                 table.post((_RAISED, attempt, exc))
                 return
-        if type(result) is _CoroutineType or _isawaitable(result):
+        try:
+            awaitable = type(result) is _CoroutineType or _isawaitable(result)
+        except BaseException as exc:  # user code asked (a ``__class__`` property)
+            self._returned_unreadable(attempt, result, exc)
+            return
+        if awaitable:
             attempt.aw = result
             table.fresh.append(attempt)
         else:
             table.post((_RETURNED, attempt, result))
+
+    def _returned_unreadable(self, attempt: Attempt, result: Any, exc: BaseException) -> None:
+        """Asking whether ``result`` is awaitable raised ``exc``: the attempt failed with it;
+        an owner's release still gets the value it returned."""
+        job = attempt.job
+        if job.forward and job.node.release is not None:
+            self._acquisitions[job.id] = Acquisition(result, job.node.output_type)
+        self.table.post((_RAISED, attempt, exc))
 
     def _carried(self, job: Job, number: int, hand: _core.HandBack) -> None:
         """Go on with attempt ``number`` (the first) of ``job``, which the core's ``Run``
@@ -229,6 +239,9 @@ class Calls:
         attempt = Attempt(job, number, hand.timeout)
         table = self.table
         table.add(attempt)
+        if hand.how == _CARRIED_REJECTED:  # an input check raised: nothing was called
+            table.post((_BAD_INPUT, attempt, hand.payload))
+            return
         if job.forward:
             self.kwargs[job.id] = hand.kwargs  # read by its retries
             if job.node.release is not None and self._acquisitions[job.id] is None:
@@ -257,7 +270,7 @@ class Calls:
         job = attempt.job
         try:
             kwargs = self._arguments(job.id, self._values)
-        except Exception as exc:
+        except BaseException as exc:  # a KeyboardInterrupt from a check stops the run
             self.table.post((_BAD_INPUT, attempt, exc))
             return None
         self.kwargs[job.id] = kwargs
@@ -268,9 +281,9 @@ class Calls:
     def _cancel(self, job: int) -> None:
         """CANCEL: cancel each live attempt of ``job`` once, noting whether it reached it."""
         for attempt in self.table.live_of(job):
-            self._cancel_attempt(attempt)
+            self.cancel_attempt(attempt)
 
-    def _cancel_attempt(self, attempt: Attempt) -> None:
+    def cancel_attempt(self, attempt: Attempt) -> None:
         if attempt.state >= _CANCELLED:
             return
         if attempt.state == _TIMED_OUT:
@@ -363,12 +376,9 @@ class Calls:
         return deadline
 
     def _clocks_differ(self) -> bool:
-        """Whether timers are checked against the monotonic clock as well as the loop's.
-
-        asyncio's own loops read time.monotonic(); others (uvloop) have a clock of their
-        own, so timers are checked against both (``_sleep_over``). A loop keeping virtual
-        time (a test loop) has only its own clock. Decided when a run first arms a timer.
-        """
+        """Whether timers are checked against the monotonic clock as well as the loop's:
+        asyncio's loops read time.monotonic(), others (uvloop) a clock of their own, and a
+        loop keeping virtual time (a test loop) counts alone. Decided at the first timer."""
         differ = self._two_clocks
         if differ is None:
             loop = self._loop
@@ -446,17 +456,3 @@ class Calls:
             attempt.timer = self._loop.call_later(rest, self._on_timeout, attempt)
             return
         self._time_out(attempt, task)
-
-    def abandon(self) -> None:
-        """Stop everything started (an internal failure of the coordinator; best effort)."""
-        for attempt in self.table.all_live():
-            if attempt.timer is not None:
-                attempt.timer.cancel()
-            if attempt.task is not None:
-                attempt.task.cancel()
-            elif attempt.state == _CALLED and type(attempt.aw) is _CoroutineType:
-                attempt.aw.close()
-        for handle in self.table.sleeps:
-            if handle is not None:
-                handle.cancel()
-        self.stop_inline_timer()

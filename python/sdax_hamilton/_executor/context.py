@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import types
+import warnings
 from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
 from typing import Any, Final, NoReturn
@@ -22,8 +23,8 @@ from .._declarations import Acquisition
 from .._observe import observers_of
 from .attempts import EventKind
 from .calls import Calls
-from .coordinator import Stage, coordinate
-from .eager import current_task, phase_task
+from .coordinator import Stage, coordinate, salvage_detached
+from .eager import IN_RUN, PHASE_TASK_NAME, check_room, current_task, phase_task
 from .jobs import JobTable
 from .outcomes import Outcomes
 from .record import FailureRecord
@@ -39,11 +40,20 @@ JITTER_SEED: ContextVar[int | None] = ContextVar("sdax_hamilton_jitter_seed", de
 INSTANT_RETRIES: ContextVar[bool] = ContextVar("sdax_hamilton_instant_retries", default=False)
 """Set by ``sdax_hamilton.testing.instant_retries``: retry waits of runs opened meanwhile are 0."""
 
+NEVER_ENTERED: Final = (
+    "sdax_hamilton: __aexit__ of an open() context that was never entered: use it as "
+    "`async with plan.open(...) as values:` (its __aenter__ runs the forward phase, its "
+    "__aexit__ the releases)"
+)
+"""Why ``__aexit__`` of an ``open()`` context is refused before ``__aenter__``."""
+_in_run: Final = IN_RUN.get
+
 
 _NEW: Final = Stage.NEW
 _STARTING: Final = Stage.STARTING
 _FORWARD: Final = Stage.FORWARD
 _ABORTING: Final = Stage.ABORTING
+_SALVAGING: Final = Stage.SALVAGING
 _BETWEEN: Final = Stage.BETWEEN
 _CLOSING: Final = Stage.CLOSING
 _DONE: Final = Stage.DONE
@@ -70,7 +80,8 @@ def open_run(
     The test-mode context variables are read here, when the run is opened: a
     ``JITTER_SEED`` replaces ``seed``; ``INSTANT_RETRIES`` makes every retry wait 0 (the
     core's ``Run`` option). ``timeout`` is the forward phase's budget in seconds (already
-    checked, ``None`` for none), measured from entering the context.
+    checked, ``None`` for none), measured from entering the context. ``open()`` wraps it
+    in a ``HeldRun``.
     """
     if not isinstance(jobs, JobTable):
         jobs = JobTable(jobs, carrier)
@@ -207,7 +218,8 @@ class RunContext:
         if record is None or record.clean:
             values = self._values
             return {name: values[name] for name in self._outputs}
-        await self._cleanup()
+        if self._stage < _CLOSING:  # a salvaged forward phase has carried out its releases
+            await self._cleanup()
         self._fail_run()
 
     async def execute(self) -> dict[str, Any]:
@@ -268,6 +280,8 @@ class RunContext:
         loop = self._loop = _running_loop()
         if current_task(loop) is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
+        if _in_run():
+            check_room()  # a run inside a run's node: runs nest on one stack
         budget = self._budget
         if budget is not None:
             # The core decides from the deadline; it is told the time before each event.
@@ -292,6 +306,8 @@ class RunContext:
         exc: BaseException | None,
         traceback: types.TracebackType | None,
     ) -> bool:
+        if self._stage is _NEW:
+            raise RuntimeError(NEVER_ENTERED)
         try:
             if exc is not None:
                 self._failures().body_raised(exc)
@@ -316,13 +332,10 @@ class RunContext:
             del outcome  # the traceback holds this frame: no cycle through it
 
     def _finish(self, outcome: BaseException | None) -> BaseException | None:
-        """Emit ``run_finished``, then drop the run's references to its failures.
-
-        Returns the run's outcome (an observer may replace it). After this, nothing of the
-        run refers to an exception, so a failure's traceback (which refers to the run's
-        frames) forms no reference cycle: a failed run is freed by reference counting
-        alone (tests/test_driver_memory.py).
-        """
+        """Emit ``run_finished``, then drop the run's references to its failures; the run's
+        outcome (an observer may replace it). A failure's traceback refers to the run's
+        frames: with nothing of the run referring to it, no cycle forms, and a failed run
+        is freed by reference counting alone (tests/test_driver_memory.py)."""
         if self._observers is not None:
             record = self._failures()
             primary = record.primary
@@ -419,15 +432,20 @@ class RunContext:
         if internal is not None:
             # run_finished was emitted when the coordinator gave up
             self._drop_listeners()
-            self._dispose()
+            stage = self._stage
+            if stage >= _CLOSING or stage is _SALVAGING:
+                self._dispose()
+            else:
+                # Too deep even to begin the salvage (``coordinate``): it runs in a task of
+                # its own, from the loop; the caller gets the failure now.
+                salvage_detached(self, internal)
             try:
                 raise internal
             finally:
                 del internal
 
     async def _take_pending_cancellation(self) -> None:
-        """Yield once: the caller may have a cancellation pending (``cancelling()`` counts
-        requests not yet taken back); it is delivered here, and recorded."""
+        """Yield once: a cancellation pending for the caller is delivered, and recorded."""
         try:
             await asyncio.sleep(0)
         except _CancelledError as exc:
@@ -442,9 +460,7 @@ class RunContext:
 
     def _never_ran(self, until: Stage) -> None:
         """The phase's task was cancelled before its first step, by someone else (we never
-        do): nothing of the phase ran. Seen when the caller is cancelled too (a loop being
-        torn down cancels every task); a task is not watched for this otherwise, which
-        would cost every run a callback."""
+        do; a loop being torn down cancels every task): nothing of the phase ran."""
         if until is _DONE and self._stage >= _CLOSING:
             self._internal = RuntimeError(
                 "sdax_hamilton internal error: the shutdown task was cancelled before it began"
@@ -476,3 +492,81 @@ class RunContext:
         if attempt is not None and attempt.timed_out:
             return  # already cancelled once, by its timeout: aborted once it has drained
         task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline
+
+
+class HeldRun:
+    """An ``open()`` run: its ``RunContext``, and what notices it being dropped while held.
+
+    A context entered and never exited holds what its nodes acquired. When it is collected
+    it says so with a ``ResourceWarning`` naming the owned nodes still held (as asyncio
+    warns about a coroutine never awaited) and, while its loop is open, carries out its
+    releases in a task of their own, as its ``__aexit__`` would have (as asyncio closes an
+    async generator dropped unfinished). ``execute()`` never holds a run: its runs have no
+    finalizer to call.
+    """
+
+    __slots__ = ("_held", "_run")
+
+    def __init__(self, run: RunContext) -> None:
+        self._run = run
+        self._held = False  # entered, the forward phase over, and not exited yet
+
+    async def __aenter__(self) -> dict[str, Any]:
+        values = await self._run.__aenter__()
+        self._held = True
+        return values
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: types.TracebackType | None,
+    ) -> bool:
+        self._held = False
+        try:
+            return await self._run.__aexit__(exc_type, exc, traceback)
+        finally:
+            exc = traceback = None  # the raised exception's traceback holds this frame
+
+    def __del__(self) -> None:
+        if not getattr(self, "_held", False):
+            return
+        self._held = False
+        try:
+            self._dropped()
+        except BaseException:  # dropped near the recursion limit, say: a finalizer cannot raise
+            pass
+
+    def _dropped(self) -> None:
+        run = self._run
+        held = [
+            job.name
+            for job, record in zip(run._jobs, run._acquisitions, strict=False)
+            if record is not None and job.node.release is not None
+        ]
+        loop = run._loop
+        releasing = False
+        if held and not loop.is_closed():
+            try:  # first: a warning filter may turn the warning into an error
+                loop.call_soon_threadsafe(self._release_dropped)
+                releasing = True
+            except RuntimeError:  # closed meanwhile (another thread)
+                pass
+        warnings.warn(
+            "sdax_hamilton: an open() context was dropped while entered, never exited; "
+            f"it held {held or 'no resource'}"
+            + ("; its releases run now, in a task" if releasing else "")
+            + ". Exit it: `async with plan.open(...) as values:`",
+            ResourceWarning,
+            stacklevel=2,
+            source=self,
+        )
+
+    def _release_dropped(self) -> None:
+        self._run._loop.create_task(self._exit_dropped(), name=PHASE_TASK_NAME)
+
+    async def _exit_dropped(self) -> None:
+        try:
+            await self._run.__aexit__(None, None, None)
+        except Exception:  # logged as each release failed; nobody to raise it to
+            pass

@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import types
 from typing import Any, Final, Protocol
 
 from .. import _core
 from .._declarations import Acquisition
-from .attempts import Attempt, AttemptState
+from .._failures import add_note_once
+from .attempts import Attempt, AttemptState, EventKind
 from .calls import Calls
-from .eager import current_task
+from .eager import IN_RUN, PHASE_TASK_NAME, current_task
+from .jobs import Job
 from .outcomes import Outcomes
 from .record import FailureRecord
 from .reporter import Reporter
@@ -31,6 +34,9 @@ _TIMED_OUT: Final = AttemptState.TIMED_OUT
 _CANCELLED: Final = AttemptState.CANCELLED
 _CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
 _CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
+_CoroutineType: Final = types.CoroutineType
+_TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+_sleep: Final = asyncio.sleep
 
 
 class Stage(enum.IntEnum):
@@ -45,17 +51,21 @@ class Stage(enum.IntEnum):
     ABORTING = 3
     """The forward phase is being aborted at the caller's request (one cancellation passed
     on to its task, unless it had not begun)."""
-    BETWEEN = 4
+    SALVAGING = 4
+    """The forward phase's own bookkeeping failed: its attempts are being stopped before
+    its releases are carried out all the same (``salvage``)."""
+    BETWEEN = 5
     """The forward phase is over (``open()``: the body runs)."""
-    CLOSING = 5
+    CLOSING = 6
     """The shutdown phase: the caller's cancellations are cleanup's (recorded, absorbed)."""
-    DONE = 6
+    DONE = 7
     """Every phase is over."""
 
 
 _STARTING: Final = Stage.STARTING
 _FORWARD: Final = Stage.FORWARD
 _ABORTING: Final = Stage.ABORTING
+_SALVAGING: Final = Stage.SALVAGING
 _BETWEEN: Final = Stage.BETWEEN
 _CLOSING: Final = Stage.CLOSING
 _DONE: Final = Stage.DONE
@@ -76,11 +86,12 @@ class PhaseOwner(Protocol):
     _calls: Calls | None
     _outcomes: Outcomes | None
     _internal: BaseException | None
+    _phase_done: asyncio.Future[None] | None
 
     def _parts(self) -> Calls: ...
     def _report(self) -> Reporter: ...
     def _failures(self) -> FailureRecord: ...
-    def _phase_over(self, stage: Stage) -> None: ...
+    def _dispose(self) -> None: ...
 
 
 async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, through: bool) -> None:
@@ -89,18 +100,17 @@ async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, thro
     the core's first shutdown ``commands``. Carries out commands until the phase is
     quiescent."""
     forward_only = commands is None and not through
-    if ctx._stage is _STARTING:
-        ctx._stage = _FORWARD
-    loop = ctx._loop
-    task = current_task(loop)
-    assert task is not None
-    carrier = ctx._carrier
     run = ctx._run
-    # With a carrier, the core's Run carries out lone STARTs in this task.
     carrying = None
-    if carrier is not None:
-        carrying = (carrier, ctx._values, ctx._acquisitions, task, loop.time)
     try:
+        IN_RUN.set(True)  # this task's own context: never the caller's
+        loop = ctx._loop
+        task = current_task(loop)
+        assert task is not None
+        carrier = ctx._carrier
+        # With a carrier, the core's Run carries out lone STARTs in this task.
+        if carrier is not None:
+            carrying = (carrier, ctx._values, ctx._acquisitions, task, loop.time)
         if commands is None:
             if _begin_forward(ctx, carrying, task):
                 await _drive(ctx, task)
@@ -123,17 +133,118 @@ async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, thro
         commands = None
         await _drive(ctx, task)
     except BaseException as exc:  # nothing escapes a task into the loop
-        _abandon(ctx, exc)
+        # First, with no call that could fail: the caller sees a failure, never outputs
+        # that were not stored.
         ctx._internal = exc
+        try:
+            await _give_up(ctx, exc)
+        except BaseException:
+            pass
     finally:
-        # The phase's task ends: its inline timer goes, no inline attempt is left to use
-        # the task, and the caller is woken.
-        if ctx._calls is not None:
-            ctx._calls.stop_inline_timer()
-        if carrying is not None:
+        try:
+            _phase_task_ends(ctx, carrying is not None)
             carrying = None
-            run.carry_with(None)  # the Run refers to this task no more
-        ctx._phase_over(_BETWEEN if forward_only else _DONE)
+        finally:
+            # The caller is woken whatever failed above (no call that could fail). A
+            # salvaged forward phase has carried out its releases: the run is done.
+            ctx._stage = _BETWEEN if forward_only and ctx._stage < _CLOSING else _DONE
+            done = ctx._phase_done
+            if done is not None and not done.done():
+                done.set_result(None)
+
+
+def _phase_task_ends(ctx: PhaseOwner, carrying: bool) -> None:
+    """The phase's task ends: its inline timer goes, and no inline attempt is left to use
+    the task."""
+    if ctx._calls is not None:
+        ctx._calls.stop_inline_timer()
+    if carrying:
+        ctx._run.carry_with(None)  # the Run refers to this task no more
+
+
+async def _give_up(ctx: PhaseOwner, exc: BaseException) -> None:
+    """The coordinator failed with ``exc``: in the forward phase the run is salvaged
+    (``salvage``); otherwise, or if that fails, everything started is stopped."""
+    if ctx._stage >= _CLOSING or not await salvage(ctx, exc):
+        abandon(ctx, exc)
+
+
+async def salvage(ctx: PhaseOwner, exc: BaseException) -> bool:
+    """The forward phase's own bookkeeping failed with ``exc`` (a ``RecursionError`` or
+    ``MemoryError`` near the interpreter's limits, say): stop every attempt, wait for them,
+    and carry out every release owed all the same, in dependency order (the core's
+    ``Run.abandon``), from a fresh step of this task, out of the depth that failed. ``exc``
+    is then a failure of the run like a node's (a termination its primary), and the run
+    ends as a failed one. False when even that failed: the run is abandoned, ``exc``
+    raised as is."""
+    ctx._stage = _SALVAGING
+    try:
+        try:
+            await _sleep(0)  # leave the depth that failed
+        except _CancelledError:
+            pass  # a timeout's, or someone else's: the salvage goes on
+        task = current_task(ctx._loop)
+        assert task is not None
+        calls = ctx._parts()
+        calls.task = task
+        in_flight = [
+            repr(job.name) if job.forward else f"the release of {job.name!r}"
+            for job in _stop_everything(ctx, calls)
+        ]
+        await _wait_stopped(ctx, calls)
+        failures = ctx._failures()
+        if isinstance(exc, _TERMINATION):
+            failures.terminate(exc)
+        else:
+            where = f" while {', '.join(in_flight)} ran" if in_flight else ""
+            add_note_once(
+                exc,
+                f"sdax_hamilton: the run could not go on{where} ({type(exc).__name__} in "
+                "its own bookkeeping); its attempts were stopped and its releases carried out",
+            )
+            failures.failed(exc)
+        ctx._internal = None
+        ctx._stage = _CLOSING
+        calls.execute(ctx._run.abandon())
+        await _drive(ctx, task)
+        return True
+    except BaseException:
+        return False
+
+
+async def _wait_stopped(ctx: PhaseOwner, calls: Calls) -> None:
+    """``salvage``: wait for the stopped attempts to end. What they tell is kept (an
+    outcome recorded, a returned acquisition kept for its release); nothing is reported
+    to the core, which is told next that the forward phase is over."""
+    table = calls.table
+    events = table.events
+    while True:
+        while events:
+            _salvaged(ctx, calls, events.popleft())
+        if table.live == 0:
+            return
+        waiter = table.waiter = ctx._loop.create_future()
+        try:
+            await waiter
+        except _CancelledError:
+            table.waiter = None
+
+
+def _salvaged(ctx: PhaseOwner, calls: Calls, event: Any) -> None:
+    """An event of an attempt stopped by ``salvage``: what it tells is kept."""
+    kind, attempt, payload = event
+    if not isinstance(attempt, Attempt) or not attempt.job.forward:
+        return
+    job = attempt.job
+    calls.table.end(attempt)
+    if kind is EventKind.RETURNED:
+        if job.node.release is not None:
+            ctx._acquisitions[job.id] = Acquisition(payload, job.node.output_type)
+    elif kind is EventKind.RAISED or kind is EventKind.BAD_INPUT:
+        if not isinstance(payload, _CancelledError):
+            ctx._failures().failed(payload)
+    elif kind is EventKind.UNSTARTED and type(attempt.aw) is _CoroutineType:
+        attempt.aw.close()
 
 
 def _begin_forward(ctx: PhaseOwner, carrying: Any, task: asyncio.Task[Any]) -> bool:
@@ -141,6 +252,8 @@ def _begin_forward(ctx: PhaseOwner, carrying: Any, task: asyncio.Task[Any]) -> b
     argument) if not ``None``; whether it is still to be driven (``_drive``): not when
     the core's Run carried out all of it, nor when the caller was cancelled before it
     began (the request is then all there is)."""
+    if ctx._stage is _STARTING:
+        ctx._stage = _FORWARD
     run = ctx._run
     if ctx._stage is _ABORTING:
         if carrying is not None:
@@ -247,8 +360,69 @@ def _inline_over(
         outcomes.returned(attempt, payload)
 
 
-def _abandon(ctx: PhaseOwner, exc: BaseException) -> None:
-    """Internal failure of the coordinator: stop everything we started (best effort)."""
+def abandon(ctx: PhaseOwner, exc: BaseException) -> None:
+    """Internal failure of the coordinator: stop everything started (best effort)."""
     ctx._report().run_finished(exc)
-    if ctx._calls is not None:
-        ctx._calls.abandon()
+    calls = ctx._calls
+    if calls is None:
+        return  # the driver carried out nothing
+    for attempt in calls.table.all_live():
+        if attempt.timer is not None:
+            attempt.timer.cancel()
+        if attempt.task is not None:
+            attempt.task.cancel()
+        elif attempt.state == _CALLED and type(attempt.aw) is _CoroutineType:
+            attempt.aw.close()
+    for handle in calls.table.sleeps:
+        if handle is not None:
+            handle.cancel()
+    calls.stop_inline_timer()
+
+
+def _stop_everything(ctx: PhaseOwner, calls: Calls) -> list[Job]:
+    """``salvage``: cancel every live attempt and retry wait; the jobs that were in flight.
+    A coroutine never awaited is closed, and a forward first attempt of it owes no release
+    (``Run.unstarted``)."""
+    table = calls.table
+    run = ctx._run
+    run.carry_with(None)  # every release is the driver's: see them all end
+    live = list(table.all_live())
+    for attempt in live:
+        unlaunched = attempt.task is None and attempt.state == _CALLED
+        calls.cancel_attempt(attempt)
+        if unlaunched and type(attempt.aw) is _CoroutineType:
+            attempt.aw.close()  # never awaited: its body never ran
+            table.end(attempt)
+            job = attempt.job
+            if job.forward and attempt.number == 0:
+                ctx._acquisitions[job.id] = None
+                run.unstarted(job.id)  # no release owed for it
+    table.fresh.clear()
+    for handle in table.sleeps:
+        if handle is not None:
+            handle.cancel()
+    table.sleeps = [None] * len(table.sleeps)
+    table.sleeping = 0
+    calls.stop_inline_timer()
+    return [attempt.job for attempt in live]
+
+
+def salvage_detached(ctx: PhaseOwner, exc: BaseException) -> None:
+    """Too deep even to begin the salvage in the phase's task: it runs in a task of its
+    own, created from the loop (a task failing to be made here would warn)."""
+    try:
+        ctx._loop.call_soon(_salvage_task, ctx, exc)
+    except BaseException:
+        pass
+
+
+def _salvage_task(ctx: PhaseOwner, exc: BaseException) -> None:
+    ctx._loop.create_task(_salvage_in_task(ctx, exc), name=PHASE_TASK_NAME)
+
+
+async def _salvage_in_task(ctx: PhaseOwner, exc: BaseException) -> None:
+    try:
+        if not await salvage(ctx, exc):
+            abandon(ctx, exc)
+    finally:
+        ctx._dispose()

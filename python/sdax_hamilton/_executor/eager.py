@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
 from typing import Any, Final
 
 from .. import _core
@@ -64,19 +65,26 @@ def _eager_phase_task_312(
     """The phase's task, started eagerly where the loop keeps asyncio's default task
     factory; a phase that never suspends is over before this returns, and the caller
     then handles it as under an eager task factory (``RunContext._start_phase``)."""
-    if loop.get_task_factory() is None:
-        return asyncio.Task(  # type: ignore[call-arg,unused-ignore]
-            coordinator, loop=loop, eager_start=True, name=PHASE_TASK_NAME
-        )
-    return loop.create_task(coordinator, name=PHASE_TASK_NAME)
+    try:
+        if loop.get_task_factory() is None:
+            return asyncio.Task(  # type: ignore[call-arg,unused-ignore]
+                coordinator, loop=loop, eager_start=True, name=PHASE_TASK_NAME
+            )
+        return loop.create_task(coordinator, name=PHASE_TASK_NAME)
+    except BaseException:
+        coordinator.close()  # never started (a RecursionError near the limit, say)
+        raise
+
+
+# Stands in for the loop's ``call_soon`` while a phase task is created on 3.11: keeps the
+# task's first step instead of queueing it. One per thread: loops in other threads may be
+# creating their tasks meanwhile (the constructor runs Python code); in one thread, a
+# catcher is emptied before the step runs (a run inside the step uses it).
+_catchers: Final = threading.local()
 
 
 def _eager_phase_task_311(enter: Any, leave: Any, task_of: Any) -> PhaseTask:
-    # Stands in for the loop's ``call_soon`` while a phase task is created: keeps the
-    # task's first step instead of queueing it. One per thread: loops in other threads
-    # may be creating their tasks meanwhile (the constructor runs Python code); in one
-    # thread, a catcher is emptied before the step runs (a run inside the step uses it).
-    catchers = threading.local()
+    catchers = _catchers
 
     def phase_task(
         loop: asyncio.AbstractEventLoop, coordinator: Coroutine[Any, Any, None]
@@ -101,6 +109,14 @@ def _eager_phase_task_311(enter: Any, leave: Any, task_of: Any) -> PhaseTask:
         attrs["call_soon"] = catcher
         try:
             task = asyncio.Task(coordinator, loop=loop, name=PHASE_TASK_NAME)
+        except BaseException:
+            # The constructor failed after handing over its step (3.11 registers the task
+            # in Python code after ``call_soon``: a RecursionError near the limit). The
+            # catcher is left empty for the thread's next run, and the task, which will
+            # never run, is dropped without a warning.
+            _drop_caught(catcher.take())
+            coordinator.close()
+            raise
         finally:
             del attrs["call_soon"]
         caught = catcher.take()
@@ -112,12 +128,59 @@ def _eager_phase_task_311(enter: Any, leave: Any, task_of: Any) -> PhaseTask:
             leave(loop, caller)
         try:
             context.run(step)
+        except BaseException:
+            if task.done():
+                raise
+            # The step was refused before it ran (the recursion limit is checked when it is
+            # called): queue it as the constructor would have; the caller waits for it.
+            loop.call_soon(step, context=context)
         finally:
             if caller is not None:
                 enter(loop, caller)
         return task
 
     return phase_task
+
+
+def _drop_caught(caught: tuple[Any, Any] | None) -> None:
+    """Silence the task of a step caught from a constructor that then failed."""
+    if caught is not None:
+        task = getattr(caught[0], "__self__", None)
+        if isinstance(task, asyncio.Task):
+            task._log_destroy_pending = False  # type: ignore[attr-defined]
+
+
+IN_RUN: Final[ContextVar[bool]] = ContextVar("sdax_hamilton_in_run", default=False)
+"""Set in each phase task's context (a copy of its caller's): what runs in it, or in a task
+made from it, is inside a run, and a run it starts is nested (``check_room``)."""
+
+ROOM: Final = 100
+"""The frames a run needs below the recursion limit to carry itself out, whatever its nodes
+raise (its bookkeeping, logging and releases): a nested run started with less is refused."""
+
+
+def check_room() -> None:
+    """Refuse a run started too close to the recursion limit, before anything runs.
+
+    A run inside a run's node (a plan run recursively, say) starts its phase eagerly, one
+    stack deeper each time; with no room left below the limit, the run's own bookkeeping
+    would fail part-way and leave its acquisitions to a salvage (``salvage.py``). Refused
+    here, it is the node's ``RecursionError``, which the enclosing run handles with the
+    room this keeps (docs/contract.md#hostile-run). Asked only of nested runs."""
+    # The recursion counter of C calls (on 3.11 Python frames count against it too; from
+    # 3.12 it has a limit of its own, which nested eager tasks can reach first).
+    if _core.has_room(ROOM):
+        if sys.version_info < (3, 12):
+            return
+        # From 3.12 the recursion limit counts Python frames alone.
+        try:
+            sys._getframe(sys.getrecursionlimit() - ROOM)
+        except ValueError:
+            return
+    raise RecursionError(
+        f"sdax_hamilton: a run nested in another started within {ROOM} levels of the "
+        f"recursion limit ({sys.getrecursionlimit()}): too deep to carry it out, nothing ran"
+    )
 
 
 current_task: Callable[[asyncio.AbstractEventLoop], asyncio.Task[Any] | None]

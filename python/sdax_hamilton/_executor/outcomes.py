@@ -41,6 +41,7 @@ _ELAPSED: Final = EventKind.ELAPSED
 _UNSTARTED: Final = EventKind.UNSTARTED
 _BAD_INPUT: Final = EventKind.BAD_INPUT
 _EXPIRED: Final = EventKind.EXPIRED
+_ABORT: Final = EventKind.ABORT
 _FAILED: Final = Verdict.FAILED
 _HINT: Final = _core.HINT
 _NO_ROOM: Final = _core.NO_ROOM
@@ -160,12 +161,22 @@ class Outcomes:
         broken checker) is the node's failure, reported here."""
         try:
             ok = check(value)
-        except Exception as broken:  # a broken checker is this node's failure
+        except BaseException as broken:  # a broken checker is this node's failure
+            # (a KeyboardInterrupt out of a metaclass's ``__instancecheck__`` stops the run)
             self._fail(attempt, broken, False)
             return False
         if not ok:
             node = attempt.job.node
-            invalid = invalid_output(node.name, node.origin, node.output_type, value)
+            try:
+                invalid: BaseException = invalid_output(
+                    node.name, node.origin, node.output_type, value
+                )
+            except BaseException as hostile:  # user code describing the type (a ``repr``)
+                invalid = (
+                    hostile
+                    if isinstance(hostile, _TERMINATION)
+                    else TypeError(f"Invalid output from {node.name} ({node.origin})")
+                )
             self._fail(attempt, invalid, False)
         return bool(ok)
 
@@ -175,7 +186,12 @@ class Outcomes:
         verdict = judge_raised(attempt.state, exc)
         if verdict is _FAILED:
             failure = failure_of(attempt.state, exc)
-            self._fail(attempt, failure, is_retryable(failure, job.retryable))
+            try:
+                retryable = is_retryable(failure, job.retryable)
+            except BaseException as hostile:  # a metaclass ``__instancecheck__`` in the set
+                retryable = False
+                self._user_code_raised(failure, hostile, keep=True)
+            self._fail(attempt, failure, retryable)
             return
         number = attempt.number + 1
         if verdict == Verdict.SELF_CANCELLED:
@@ -228,7 +244,7 @@ class Outcomes:
                 self._record.terminate(hook_error)
                 self._execute(run.cancel())
             else:  # kept with the failure it was asked about (``failures(exc)``)
-                attach_failures(exc, (hook_error,))
+                self._attach(exc, hook_error)
             if self._timed:
                 run.clock(self._loop.time())
             decision = run.hint_failed(job.id)
@@ -260,10 +276,7 @@ class Outcomes:
         if problem is not None:
             self._report().hint_unusable(job.id, attempt.number + 1, problem)
         for note in why_notes(job.subject, attempt.number + 1, clipped, problem, no_room):
-            try:
-                add_note_once(exc, note)
-            except Exception:  # pragma: no cover - a user object with a broken __notes__
-                pass
+            self._note(exc, note)
         return no_room
 
     def _expired(self, job: Job, attempt_number: int) -> None:
@@ -303,9 +316,43 @@ class Outcomes:
     def _failed_for_good(self, job: Job, exc: BaseException, attempts: int | None) -> None:
         """A node or release failed for good after ``attempts`` (``None``: before its
         first): note it on the exception, log it, record it."""
-        try:
-            add_note_once(exc, final_note(job.subject, attempts))
-        except Exception:  # pragma: no cover - a user object with a broken __notes__
-            pass
+        self._note(exc, final_note(job.subject, attempts))
         self._report().failed_for_good(job.id, exc, attempts)
         self._record.failed(exc)
+
+    def _note(self, exc: BaseException, note: str) -> None:
+        """Add ``note`` to ``exc``, which runs its class's ``add_note`` (user code)."""
+        try:
+            add_note_once(exc, note)
+        except BaseException as hostile:
+            self._user_code_raised(exc, hostile)
+
+    def _attach(self, exc: BaseException, item: BaseException) -> None:
+        """Keep ``item`` with ``exc`` (``failures(exc)``), which notes it on ``exc``."""
+        try:
+            attach_failures(exc, (item,))
+        except BaseException as hostile:
+            self._user_code_raised(exc, hostile)
+
+    def _user_code_raised(
+        self, exc: BaseException, hostile: BaseException, keep: bool = False
+    ) -> None:
+        """User code the driver ran about ``exc`` (its ``add_note``, a metaclass's
+        ``__instancecheck__`` of a retryable class) raised ``hostile``: a
+        ``KeyboardInterrupt``/``SystemExit`` stops the run as out of a node would, and
+        releases still run; anything else costs only what was asked (a note), or with
+        ``keep`` is kept with ``exc`` (``failures(exc)``)."""
+        if isinstance(hostile, _TERMINATION):
+            self._terminate(hostile)
+        elif keep and hostile is not exc:
+            try:
+                attach_failures(exc, (hostile,))
+            except BaseException as again:
+                if isinstance(again, _TERMINATION):
+                    self._terminate(again)
+
+    def _terminate(self, exc: BaseException) -> None:
+        """Stop the run with ``exc`` (a termination), as out of a node: the primary, and
+        the run aborted (an ``ABORT`` event, handled next)."""
+        self._record.terminate(exc)
+        self._table.post((_ABORT, None, None))
