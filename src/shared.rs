@@ -1,8 +1,8 @@
-//! Bindings of the shared objects of SPEC §12 (core/src/shared/): `Bulkhead`,
-//! `CircuitBreaker`, `RetryBudget`. Each holds its core state machine behind one `Mutex`
-//! (one lock per object: every run, loop and thread naming it goes through it). The Python
-//! types of the arguments are decided here, as for `Policy` (src/policy.rs); their values
-//! by the core. Every method taking `now` is handed `time.monotonic()` by the caller.
+//! Bindings of the shared objects of docs/contract.md#shared-objects (core/src/shared/):
+//! `Bulkhead`, `CircuitBreaker`, `RetryBudget`. Each holds its core state machine behind one
+//! `Mutex` (one lock per object: every run, loop and thread naming it goes through it). The Python
+//! types of the arguments are decided here, as for `Policy` (src/policy.rs); their values by the
+//! core. Every method taking `now` is handed `time.monotonic()` by the caller.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -106,8 +106,8 @@ fn transition_str(t: Option<Transition>) -> Option<&'static str> {
 
 // ------------------------------------------------------------------------ Bulkhead
 
-/// SPEC §12.2: permits for at most `max_concurrent` calls at once, up to `max_waiting`
-/// callers queued first in, first out.
+/// docs/contract.md#bulkhead: permits for at most `max_concurrent` calls at once, up to
+/// `max_waiting` callers queued first in, first out.
 #[pyclass(frozen, module = "sdax_hamilton._core", name = "Bulkhead")]
 pub(crate) struct PyBulkhead {
     inner: Mutex<Bulkhead>,
@@ -209,7 +209,8 @@ impl PyBulkhead {
 
 // ------------------------------------------------------------------------ CircuitBreaker
 
-/// SPEC §12.3: closed, open for `break_for`, half-open with up to `probes` probes.
+/// docs/contract.md#circuit-breaker: closed, open for `break_for`, half-open with up to `probes`
+/// probes.
 #[pyclass(frozen, module = "sdax_hamilton._core", name = "CircuitBreaker")]
 pub(crate) struct PyCircuitBreaker {
     inner: Mutex<CircuitBreaker>,
@@ -335,8 +336,8 @@ impl PyCircuitBreaker {
 
 // ------------------------------------------------------------------------ RetryBudget
 
-/// SPEC §12.4: retries at most `ratio` × first attempts + `min_per_second` × `window`
-/// within the trailing window.
+/// docs/contract.md#retry-budget: retries at most `ratio` × first attempts + `min_per_second` ×
+/// `window` within the trailing window.
 #[pyclass(frozen, module = "sdax_hamilton._core", name = "RetryBudget")]
 pub(crate) struct PyRetryBudget {
     inner: Mutex<RetryBudget>,
@@ -392,7 +393,7 @@ impl PyRetryBudget {
         locked(&self.inner).try_take(now)
     }
 
-    /// Retries the budget would allow at `now` (SPEC §12.1), never below 0.
+    /// Retries the budget would allow at `now` (docs/contract.md#shared-objects), never below 0.
     fn available(&self, now: f64) -> f64 {
         locked(&self.inner).available(now)
     }

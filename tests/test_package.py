@@ -22,7 +22,7 @@ SPEC_NAMES = {
 }
 # Added by the observability issue: structured run events and the run report.
 OBSERVABILITY_NAMES = {"NodeReport", "RunEvent", "RunReport"}
-# SPEC §12: objects shared across runs.
+# docs/contract.md#shared-objects: objects shared across runs.
 RESILIENCE_NAMES = {"Bulkhead", "BulkheadFull", "CircuitBreaker", "CircuitOpen", "RetryBudget"}
 
 

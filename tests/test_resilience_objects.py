@@ -1,7 +1,9 @@
-"""SPEC §12.1-§12.4: the objects shared across runs, through the Python surface.
+"""The objects shared across runs, through the Python surface (docs/contract.md#shared-objects,
+#bulkhead, #circuit-breaker, #retry-budget).
 
-Construction checks every rule of §12.1; the state machines are driven through the core
-methods a run will call (``obj._core``), handed explicit times; threads hammer one object.
+Construction checks every rule of docs/contract.md#shared-objects; the state machines are
+driven through the core methods a run will call (``obj._core``), handed explicit times;
+threads hammer one object.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ class IntSub(int):
     pass
 
 
-# ------------------------------------------------------------------ construction (§12.1)
+# ------------------------------ construction (docs/contract.md#shared-objects)
 
 
 def test_defaults_follow_the_spec() -> None:
@@ -249,7 +251,7 @@ def test_exceptions() -> None:
     assert (type(again), str(again)) == (BulkheadFull, "bulkhead 'db' is full")
 
 
-# ------------------------------------------------------------------ bulkhead (§12.2)
+# ------------------------------ bulkhead (docs/contract.md#bulkhead)
 
 
 def test_bulkhead_grants_queues_fifo_and_rejects() -> None:
@@ -340,7 +342,7 @@ def test_threads_hammering_one_bulkhead_leave_nothing() -> None:
     assert (b.in_use, b.waiting) == (0, 0)
 
 
-# ------------------------------------------------------------------ breaker (§12.3)
+# ------------------------------ breaker (docs/contract.md#circuit-breaker)
 
 
 def test_breaker_opens_rejects_half_opens_and_closes() -> None:
@@ -397,7 +399,7 @@ def test_state_property_reads_the_monotonic_clock() -> None:
     assert cb.state == "half_open"
 
 
-# ------------------------------------------------------------------ budget (§12.4)
+# ------------------------------ budget (docs/contract.md#retry-budget)
 
 
 def test_budget_allows_ratio_plus_reserve_within_the_window() -> None:

@@ -1,6 +1,6 @@
-//! Property tests of the shared objects (SPEC §12): the breaker against a simple reference
-//! model over random event sequences, the budget never exceeded under any interleaving,
-//! bulkhead permits never leaked nor granted out of FIFO order.
+//! Property tests of the shared objects (docs/contract.md#shared-objects): the breaker against a
+//! simple reference model over random event sequences, the budget never exceeded under any
+//! interleaving, bulkhead permits never leaked nor granted out of FIFO order.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -46,7 +46,8 @@ fn breaker_op() -> impl Strategy<Value = BreakerOp> {
     ]
 }
 
-/// The reference: SPEC §12.3 read literally, outcomes kept as a list of times.
+/// The reference: docs/contract.md#circuit-breaker read literally, outcomes kept as a list of
+/// times.
 #[derive(Debug)]
 enum ModelState {
     Closed,
@@ -228,8 +229,8 @@ fn budget_op() -> impl Strategy<Value = BudgetOp> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
-    /// Every retry granted fits the rule of §12.4 counted over the trailing window, and
-    /// every retry refused would not have fitted.
+    /// Every retry granted fits the rule of docs/contract.md#retry-budget counted over the trailing
+    /// window, and every retry refused would not have fitted.
     #[test]
     fn budget_is_never_exceeded(
         ratio_pct in 0u32..150,

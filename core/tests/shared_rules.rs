@@ -1,12 +1,12 @@
-//! Virtual-time tests of each rule of SPEC §12 for the shared objects: the clock is a plain
-//! number handed to every call.
+//! Virtual-time tests of each rule of docs/contract.md#shared-objects for the shared objects: the
+//! clock is a plain number handed to every call.
 
 use sdax_core::shared::{
     Acquire, Admission, BreakerState, Bulkhead, BulkheadError, CancelWaiter, CircuitBreaker,
     RetryBudget, SharedError, Transition,
 };
 
-// ---------------------------------------------------------------- validation (§12.1)
+// ------------------------------ validation (docs/contract.md#shared-objects)
 
 #[test]
 fn constructors_refuse_out_of_range_values() {
@@ -77,7 +77,7 @@ fn errors_name_the_argument_and_the_rule() {
     assert_eq!(SharedError::MaxWaiting(-1).argument(), "max_waiting");
 }
 
-// ---------------------------------------------------------------- bulkhead (§12.2)
+// ------------------------------ bulkhead (docs/contract.md#bulkhead)
 
 #[test]
 fn bulkhead_grants_up_to_max_then_queues_then_rejects() {
@@ -166,7 +166,7 @@ fn cancelled_waiters_leave_nothing_behind() {
     assert_eq!(b.cancel_waiter(999), CancelWaiter::Unknown);
 }
 
-// ---------------------------------------------------------------- breaker (§12.3)
+// ------------------------------ breaker (docs/contract.md#circuit-breaker)
 
 fn breaker(ratio: f64, min_calls: i64, probes: i64) -> CircuitBreaker {
     CircuitBreaker::new(ratio, min_calls, 10.0, 5.0, probes).unwrap()
@@ -308,7 +308,7 @@ fn time_never_goes_backwards() {
     );
 }
 
-// ---------------------------------------------------------------- budget (§12.4)
+// ------------------------------ budget (docs/contract.md#retry-budget)
 
 #[test]
 fn budget_allows_ratio_of_first_attempts_plus_reserve() {

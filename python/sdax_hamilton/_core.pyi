@@ -360,13 +360,13 @@ def run_budget(timeout: object) -> float | None:
     ``None`` for none (``None`` or ``inf``); an int/float (not bool) ``>= 0`` otherwise.
     ``TypeError`` for another type, ``ValueError`` for a negative value or NaN."""
 
-# Shared state across runs (SPEC §12). Every method taking ``now`` is handed
+# Shared state across runs (docs/contract.md#shared-objects). Every method taking ``now`` is handed
 # ``time.monotonic()`` by the caller; the core never reads a clock. One lock per object.
 
 @final
 class Bulkhead:
     """Permits for at most ``max_concurrent`` calls at once; up to ``max_waiting`` callers
-    queued first in, first out. ``TypeError``/``ValueError`` as SPEC §12.1."""
+    queued first in, first out. ``TypeError``/``ValueError`` as docs/contract.md#shared-objects."""
 
     def __new__(cls, max_concurrent: int, max_waiting: int, name: str | None) -> Bulkhead: ...
     @property
@@ -396,7 +396,8 @@ class Bulkhead:
 @final
 class CircuitBreaker:
     """Closed, open for ``break_for`` seconds, half-open with up to ``probes`` probes
-    (SPEC §12.3). ``TypeError``/``ValueError`` as SPEC §12.1."""
+    (docs/contract.md#circuit-breaker). ``TypeError``/``ValueError`` as
+    docs/contract.md#shared-objects."""
 
     def __new__(
         cls,
@@ -436,7 +437,7 @@ class CircuitBreaker:
 @final
 class RetryBudget:
     """Retries at most ``ratio`` * first attempts + ``min_per_second`` * ``window``
-    within the trailing window (SPEC §12.4)."""
+    within the trailing window (docs/contract.md#retry-budget)."""
 
     def __new__(cls, ratio: float, min_per_second: float, window: float) -> RetryBudget: ...
     @property

@@ -1,4 +1,4 @@
-"""Objects shared by every run that names them (SPEC §12): :class:`Bulkhead`,
+"""Objects shared by every run that names them (docs/contract.md#shared-objects): :class:`Bulkhead`,
 :class:`CircuitBreaker`, :class:`RetryBudget`, and the exceptions :class:`BulkheadFull`
 and :class:`CircuitOpen`.
 
@@ -71,7 +71,8 @@ class Bulkhead:
 
 @final
 class CircuitBreaker:
-    """Fails attempts fast while the dependency they call is failing (SPEC §12.3).
+    """Fails attempts fast while the dependency they call is failing
+    (docs/contract.md#circuit-breaker).
 
     Closed: attempts go through and their outcomes are recorded over the trailing
     ``window`` seconds; at least ``min_calls`` outcomes with a failure share of at least
@@ -140,8 +141,8 @@ class CircuitBreaker:
 
 @final
 class RetryBudget:
-    """Retries allowed across runs (SPEC §12.4): within the trailing ``window`` seconds,
-    at most ``ratio`` * first attempts + ``min_per_second`` * ``window``."""
+    """Retries allowed across runs (docs/contract.md#retry-budget): within the trailing
+    ``window`` seconds, at most ``ratio`` * first attempts + ``min_per_second`` * ``window``."""
 
     __slots__ = ("_core",)
 

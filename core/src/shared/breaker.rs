@@ -1,4 +1,4 @@
-//! Circuit breaker (SPEC §12.3).
+//! Circuit breaker (docs/contract.md#circuit-breaker).
 //!
 //! * Closed: every attempt is allowed; outcomes (success / failure) are counted over the
 //!   trailing `window` (see `window.rs` for the bucketing). When at least `min_calls`
@@ -20,7 +20,7 @@
 use super::window::Window;
 use super::{at_least, positive_finite, Clock, SharedError};
 
-/// The three states of SPEC §12.3.
+/// The three states of docs/contract.md#circuit-breaker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BreakerState {
     Closed,
@@ -88,7 +88,7 @@ pub struct CircuitBreaker {
 }
 
 impl CircuitBreaker {
-    /// Validation per SPEC §12.1.
+    /// Validation per docs/contract.md#shared-objects.
     pub fn new(
         failure_ratio: f64,
         min_calls: i64,

@@ -1,7 +1,7 @@
-//! Retry budget (SPEC §12.4): each first attempt deposits a token that counts for
-//! `window` seconds; a retry is allowed when the retries taken within the window, this one
-//! included, are at most `ratio` × first attempts within the window + `min_per_second` ×
-//! `window`. Both counts are kept in the buckets of `window.rs`.
+//! Retry budget (docs/contract.md#retry-budget): each first attempt deposits a token that counts
+//! for `window` seconds; a retry is allowed when the retries taken within the window, this one
+//! included, are at most `ratio` × first attempts within the window + `min_per_second` × `window`.
+//! Both counts are kept in the buckets of `window.rs`.
 //!
 //! The comparison allows a relative slack of 1e-9 so that a product such as
 //! `0.29 × 100` (28.999999999999996 in floating point) allows the 29 retries it means.
@@ -23,7 +23,7 @@ pub struct RetryBudget {
 }
 
 impl RetryBudget {
-    /// Validation per SPEC §12.1.
+    /// Validation per docs/contract.md#shared-objects.
     pub fn new(ratio: f64, min_per_second: f64, window: f64) -> Result<Self, SharedError> {
         if !nonnegative_finite(ratio) {
             return Err(SharedError::Ratio(ratio));
@@ -80,10 +80,10 @@ impl RetryBudget {
         }
     }
 
-    /// `ratio` × first attempts in the window + `min_per_second` × `window` − retries
-    /// taken in the window (SPEC §12.1), never below 0 (retries taken late in a window
-    /// outlive the first attempts that allowed them, so the raw difference can dip below
-    /// 0; no retry is allowed then, which is what 0 says).
+    /// `ratio` × first attempts in the window + `min_per_second` × `window` − retries taken in the
+    /// window (docs/contract.md#shared-objects), never below 0 (retries taken late in a window
+    /// outlive the first attempts that allowed them, so the raw difference can dip below 0; no
+    /// retry is allowed then, which is what 0 says).
     pub fn available(&mut self, now: f64) -> f64 {
         let now = self.clock.advance(now);
         let (allowance, retries) = self.allowance(now);

@@ -1,4 +1,4 @@
-//! Bulkhead (SPEC §12.2): at most `max_concurrent` permits out at once, and at most
+//! Bulkhead (docs/contract.md#bulkhead): at most `max_concurrent` permits out at once, and at most
 //! `max_waiting` callers waiting for one, served first in, first out.
 //!
 //! A permit handed to a waiter by [`Bulkhead::release`] belongs to that waiter from then
@@ -61,7 +61,7 @@ pub struct Bulkhead {
 }
 
 impl Bulkhead {
-    /// `max_concurrent >= 1`, `max_waiting >= 0` (SPEC §12.1).
+    /// `max_concurrent >= 1`, `max_waiting >= 0` (docs/contract.md#shared-objects).
     pub fn new(max_concurrent: i64, max_waiting: i64) -> Result<Self, SharedError> {
         let max_concurrent =
             at_least(max_concurrent, 1).ok_or(SharedError::MaxConcurrent(max_concurrent))?;

@@ -1,5 +1,5 @@
-//! State shared by every run in the process (SPEC §12): bulkheads, circuit breakers and
-//! retry budgets.
+//! State shared by every run in the process (docs/contract.md#shared-objects): bulkheads, circuit
+//! breakers and retry budgets.
 //!
 //! Each object is a plain state machine. It never reads a clock: every call that depends
 //! on time is handed `now` (seconds of a monotonic clock). Callers on several threads read
@@ -21,8 +21,8 @@ pub use bulkhead::{Acquire, Bulkhead, BulkheadError, CancelWaiter};
 
 use std::fmt;
 
-/// Why a constructor argument was refused (SPEC §12.1). Integer arguments carry the value
-/// as given, saturated to the `i64` range; float arguments carry it as given.
+/// Why a constructor argument was refused (docs/contract.md#shared-objects). Integer arguments
+/// carry the value as given, saturated to the `i64` range; float arguments carry it as given.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum SharedError {
     /// `max_concurrent` below 1.

@@ -1,11 +1,11 @@
 //! A sliding window of counts in fixed memory.
 //!
-//! The window of `window` seconds is cut into [`BUCKETS`] buckets of `window / BUCKETS`
-//! seconds, each aligned on a multiple of its width. A count made at time `t` falls in the
-//! bucket holding `t`; at time `now` the window holds the bucket of `now` and the
-//! `BUCKETS - 1` before it. So a count stays in the window for at least
-//! `window - window / BUCKETS` and at most `window` seconds after it was made: never longer
-//! than the SPEC's trailing window, and at most one bucket (1/64 of the window) shorter.
+//! The window of `window` seconds is cut into [`BUCKETS`] buckets of `window / BUCKETS` seconds,
+//! each aligned on a multiple of its width. A count made at time `t` falls in the bucket holding
+//! `t`; at time `now` the window holds the bucket of `now` and the `BUCKETS - 1` before it. So a
+//! count stays in the window for at least `window - window / BUCKETS` and at most `window` seconds
+//! after it was made: never longer than the trailing window of docs/contract.md#circuit-breaker,
+//! and at most one bucket (1/64 of the window) shorter.
 
 /// Buckets per window.
 pub const BUCKETS: usize = 64;
