@@ -285,6 +285,17 @@ fn stale_outcomes_change_nothing() {
 }
 
 #[test]
+fn an_attempt_spanning_a_full_cycle_counts_in_the_new_window() {
+    let mut cb = breaker(1.0, 1, 1);
+    assert_eq!(allowed(cb.admit(0.0)), None);
+    assert_eq!(cb.record(0.0, false, None), Some(Transition::Opened));
+    let p = allowed(cb.admit(5.0));
+    assert_eq!(cb.record(5.0, true, p), Some(Transition::Closed));
+    // The attempt let through at 0.0 ends now, with the circuit closed again.
+    assert_eq!(cb.record(6.0, false, None), Some(Transition::Opened));
+}
+
+#[test]
 fn a_forgotten_probe_frees_its_place() {
     let mut cb = breaker(1.0, 1, 1);
     cb.record(0.0, false, None);

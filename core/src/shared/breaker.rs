@@ -220,8 +220,10 @@ impl CircuitBreaker {
                     Some(Transition::Opened)
                 }
             }
-            // An attempt admitted in an earlier state (closed before the circuit opened, or
-            // a probe of an earlier half-open period): its outcome is stale.
+            // Open or half-open, an attempt that is not a probe of the current period
+            // (let through while closed, or a probe of an earlier period) is stale. An
+            // attempt let through while closed that ends after the circuit closed again
+            // took the first arm: a fresh outcome of the dependency.
             _ => None,
         }
     }
