@@ -112,7 +112,7 @@ impl PyCarrier {
         let nodes = nodes
             .into_iter()
             .map(|spec| NodeCall::new(py, spec))
-            .collect();
+            .collect::<PyResult<_>>()?;
         Ok(PyCarrier {
             nodes,
             releases,
@@ -222,7 +222,7 @@ fn step<'py>(coro: &Bound<'py, PyAny>) -> PyResult<Result<Bound<'py, PyAny>, Bou
 }
 
 impl NodeCall {
-    fn new(py: Python<'_>, spec: NodeSpec) -> Self {
+    fn new(py: Python<'_>, spec: NodeSpec) -> PyResult<Self> {
         let (call, name, args, defaults, checks, output_check, output_type, owned, positional) =
             spec;
         let checks: Vec<(Py<PyString>, Check)> = checks
@@ -232,18 +232,26 @@ impl NodeCall {
         // Positionally: each check's keyword must be one of the arguments (it is, when
         // nothing comes from defaults); otherwise the keyword dictionary is built.
         let positional = if positional && defaults.is_none() {
-            checks
-                .iter()
-                .map(|(keyword, _)| {
-                    let keyword = keyword.bind(py);
-                    args.iter()
-                        .position(|(k, _)| k.bind(py).as_any().eq(keyword).unwrap_or(false))
-                })
-                .collect()
+            let mut indexes = Vec::with_capacity(checks.len());
+            for (keyword, _) in &checks {
+                let keyword = keyword.bind(py);
+                let mut found = None;
+                for (i, (k, _)) in args.iter().enumerate() {
+                    if k.bind(py).as_any().eq(keyword)? {
+                        found = Some(i);
+                        break;
+                    }
+                }
+                match found {
+                    Some(i) => indexes.push(i),
+                    None => break,
+                }
+            }
+            (indexes.len() == checks.len()).then_some(indexes)
         } else {
             None
         };
-        NodeCall {
+        Ok(NodeCall {
             call,
             name,
             args,
@@ -253,7 +261,7 @@ impl NodeCall {
             output_type,
             owned,
             positional,
-        }
+        })
     }
 
     /// The keyword arguments of the first attempt; `None` when one is missing or fails its

@@ -247,13 +247,21 @@ impl PyPolicy {
             "retry_after",
         ];
         if let Some(kwargs) = kwargs {
-            for (key, value) in kwargs.iter() {
-                let key = key.cast::<PyString>()?.to_str()?.to_owned();
-                match NAMES.iter().position(|n| *n == key) {
+            // A snapshot (keys and values taken together), never the dict itself: nothing
+            // read below can be changed under the loop.
+            let (keys, values) = (kwargs.keys(), kwargs.values());
+            for (key, value) in keys.iter().zip(values.iter()) {
+                let known = key
+                    .cast::<PyString>()
+                    .ok()
+                    .and_then(|k| k.to_str().ok())
+                    .and_then(|k| NAMES.iter().position(|n| *n == k));
+                match known {
                     Some(i) => args[i] = Some(value),
                     None => {
                         return Err(PyTypeError::new_err(format!(
-                            "Policy() got an unexpected keyword argument '{key}'"
+                            "Policy() got an unexpected keyword argument {}",
+                            safe_repr(&key)
                         )))
                     }
                 }
