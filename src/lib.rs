@@ -23,7 +23,7 @@ use pyo3::prelude::*;
 use carry::PyCarrier;
 use graph::{PyGraph, PyPlan};
 use inputs::InputTable;
-use policy::{_make_policy, run_budget, PyPolicy};
+use policy::{_make_policy, is_number, run_budget, PyPolicy};
 use run::PyRun;
 use step::StepCatcher;
 
@@ -55,5 +55,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<InputTable>()?;
     m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(is_number, m)?)?;
     Ok(())
 }

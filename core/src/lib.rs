@@ -12,5 +12,5 @@ pub mod policy;
 pub mod run;
 
 pub use graph::{Graph, GraphError, NodeDef, Plan};
-pub use policy::{Policy, PolicyError};
+pub use policy::{Number, Policy, PolicyError};
 pub use run::{Command, Failure, Hint, JobState, Op, Run, RunError};
