@@ -181,12 +181,20 @@ fn validate_retryable<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py
     let interrupt = py.get_type::<pyo3::exceptions::PyKeyboardInterrupt>();
     let exit = py.get_type::<pyo3::exceptions::PySystemExit>();
     for member in tuple.iter() {
+        let class = member.cast::<PyType>()?;
         for never in [cancelled, &interrupt, &exit] {
-            if never.is_subclass(&member)? {
+            // A class that would catch one of them: equal, a superclass, a subclass (raised
+            // by a node, it is the same interruption), or one whose metaclass claims their
+            // instances.
+            let catches = never.is_subclass(&member)?
+                || class.is_subclass(never)?
+                || never.call0()?.is_instance(&member)?;
+            if catches {
                 return Err(PyValueError::new_err(format!(
                     "Invalid retryable_exceptions member: {}; {NEVER_RETRYABLE} \
-                     (a retryable class must not be, or be a superclass of, \
-                     CancelledError, KeyboardInterrupt or SystemExit)",
+                     (a retryable class must not be CancelledError, KeyboardInterrupt or \
+                     SystemExit, a superclass or a subclass of one, or claim their \
+                     instances): list the exceptions to retry, e.g. (ConnectionError,)",
                     safe_repr(&member)
                 )));
             }
