@@ -18,6 +18,7 @@ Error messages name the annotation and the place it came from, never a value bei
 
 from __future__ import annotations
 
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -497,32 +498,115 @@ def _dict_children(value: dict[Any, Any], key_node: _Norm, value_node: _Norm) ->
         yield v, value_node
 
 
+_NO_LOW: Final = sys.maxsize
+
+_Pair = tuple[int, type]
+
+
+class _Walk:
+    """One evaluation: an explicit stack of all/any frames, cycle-safe.
+
+    Only a ``TypedDict`` makes a type recursive, so only a ``(dict, TypedDict)`` pair can
+    come back while it is being checked (a dict that contains itself): that pair is then
+    taken as accepted, as Python's types allow (docs/contract.md#hostile-bindings). Each
+    pair is decided once: a refusal for good (assuming more cannot refuse less), an
+    acceptance for good once it rests on nothing still being checked, and otherwise for as
+    long as what it rests on has not been refused. So a value is walked in time linear in
+    its size, cycles and shared parts included.
+
+    A frame is ``[mode, children, pair, mark, low]``: ``pair`` the ``(id(dict), TypedDict)``
+    it checks (``None`` for other frames), ``mark`` the length of the journal when it
+    started, ``low`` the lowest stack depth of a pair in progress its children took as
+    accepted.
+    """
+
+    __slots__ = ("accepted", "active", "held", "journal", "provisional", "refused", "stack")
+
+    def __init__(self) -> None:
+        self.stack: list[list[Any]] = []
+        self.held: list[Any] = []  # every dict whose id is in a pair below, kept alive
+        self.active: dict[_Pair, int] = {}  # pair in progress -> its stack depth
+        self.refused: set[_Pair] = set()
+        self.accepted: set[_Pair] = set()
+        self.provisional: dict[_Pair, int] = {}  # pair -> the depth it rests on
+        self.journal: list[_Pair] = []  # provisional pairs, in the order decided
+
+    def run(self, value: Any, node: _Norm) -> bool:
+        stack = self.stack
+        stack.append([_ALL, iter(((value, node),)), None, 0, _NO_LOW])
+        result: bool | None = None
+        while True:
+            frame = stack[-1]
+            mode: bool = frame[0]
+            if result is None or result is mode:
+                child = next(frame[1], None)
+                if child is not None:
+                    result = self.visit(frame, child[0], child[1])
+                    continue
+                decided = mode  # ALL exhausted -> True; ANY exhausted -> False
+            else:
+                decided = result  # an ALL frame got a False, an ANY frame a True
+            stack.pop()
+            self.finish(frame, decided)
+            if not stack:
+                return decided
+            parent = stack[-1]
+            if frame[4] < parent[4]:
+                parent[4] = frame[4]
+            result = decided
+
+    def visit(self, frame: list[Any], value: Any, node: _Norm) -> bool | None:
+        """Decide ``value`` against ``node`` at once, or push its frame (``None``)."""
+        pair = None
+        if node[0] == _TD and isinstance(value, dict):
+            pair = (id(value), node[1])
+            if pair in self.refused:
+                return False
+            if pair in self.accepted:
+                return True
+            rests_on = self.active.get(pair)
+            if rests_on is None:
+                rests_on = self.provisional.get(pair)
+            if rests_on is not None:
+                if rests_on < frame[4]:
+                    frame[4] = rests_on
+                return True
+            self.held.append(value)
+        outcome = _step(value, node)
+        if outcome is True or outcome is False:
+            if pair is not None:
+                (self.accepted if outcome else self.refused).add(pair)
+            return outcome
+        if pair is not None:
+            self.active[pair] = len(self.stack)
+        self.stack.append([outcome[0], outcome[1], pair, len(self.journal), _NO_LOW])
+        return None
+
+    def finish(self, frame: list[Any], decided: bool) -> None:
+        """Record how the pair of a popped frame was decided."""
+        pair = frame[2]
+        if pair is None:
+            return
+        depth = self.active.pop(pair)
+        if not decided:
+            self.refused.add(pair)
+            mark = frame[3]
+            for dropped in self.journal[mark:]:  # they may rest on this pair
+                self.provisional.pop(dropped, None)
+            del self.journal[mark:]
+        elif frame[4] >= depth:
+            self.accepted.add(pair)
+        else:
+            self.provisional[pair] = frame[4]
+            self.journal.append(pair)
+
+
 def _evaluate(value: Any, node: _Norm) -> bool:
-    """Non-recursive evaluation: an explicit stack of all/any frames."""
+    """Non-recursive, cycle-safe evaluation (:class:`_Walk`)."""
     first = _step(value, node)
     if first is True or first is False:
         return first
-    stack: list[_Frame] = [first]
-    result: bool | None = None
-    while stack:
-        mode, children = stack[-1]
-        if result is not None and result is not mode:
-            # ALL frame got a False, or ANY frame got a True: the frame is decided.
-            stack.pop()
-            continue
-        child = next(children, None)
-        if child is None:
-            stack.pop()
-            result = mode  # ALL exhausted -> True; ANY exhausted -> False
-            continue
-        outcome = _step(child[0], child[1])
-        if outcome is True or outcome is False:
-            result = outcome
-        else:
-            stack.append(outcome)
-            result = None
-    assert result is not None
-    return result
+    return _Walk().run(value, node)
 
 
 def accepts(value: Any, tp: Any) -> bool:
