@@ -28,7 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sdax_hamilton import Driver, _core
+from sdax_hamilton import Driver, ExecutionError, _core, execution, shutdown
 from sdax_hamilton._core import Graph, Policy, Run
 from sdax_hamilton._types import split_check
 
@@ -461,6 +461,29 @@ def test_make_policy_refuses_as_documented_or_builds(args: tuple[Any, ...]) -> N
 def test_run_budget_and_delay_bounds_read_any_object(value: Any) -> None:
     outcome(lambda: _core.run_budget(value), (TypeError, ValueError, Hostile))
     outcome(lambda: Policy(retries=3).delay_bounds(value), (TypeError, ValueError, Hostile))
+    assert type(outcome(lambda: _core.is_number(value), ())) is bool
+
+
+@FUZZ
+@given(kwargs=st.dictionaries(st.sampled_from(POLICY_ARGUMENTS), anything, max_size=3))
+def test_declarations_refuse_as_documented_or_decorate(kwargs: dict[str, Any]) -> None:
+    """The public face of the policy: ``execution(...)`` and ``shutdown(...)``."""
+
+    def acquire() -> int:
+        return 1
+
+    outcome(lambda: execution(**kwargs), (TypeError, ValueError, Hostile))
+    outcome(lambda: shutdown(of=acquire, **kwargs), (TypeError, ValueError, Hostile))
+
+
+@FUZZ
+@given(timeout=anything)
+def test_a_run_s_timeout_is_read_without_panic(timeout: Any) -> None:
+    plan = _plan()
+    outcome(
+        lambda: asyncio.run(plan.execute(inputs={"x": 1, "y": 2}, timeout=timeout)),
+        (TypeError, ValueError, Hostile, ExecutionError),  # a deadline of 0 has passed
+    )
 
 
 # --------------------------------------------------------------------------------------

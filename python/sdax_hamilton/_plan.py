@@ -136,8 +136,9 @@ class PreparedPlan:
             table = program.inputs.fill(inputs)
             if table is not None:
                 return table  # else a check below fails and says why
-        # Read, never changed (the run's table is a new dict, below): a dict is not copied.
-        supplied = inputs if type(inputs) is dict else {} if inputs is None else dict(inputs)
+        # A snapshot: a key's own __hash__ or __eq__, run by the checks below, may change the
+        # caller's dict (docs/contract.md#hostile-bindings).
+        supplied = {} if inputs is None else dict(inputs)
         if supplied.keys() != program.input_names:
             raise ValueError(
                 "Input shape mismatch: expected "
@@ -145,7 +146,7 @@ class PreparedPlan:
             )
         replaced = None
         if overrides is not None or self.override_nodes:
-            replaced = overrides if type(overrides) is dict else dict(overrides or {})
+            replaced = dict(overrides or {})
             if replaced.keys() != self.override_nodes:
                 raise ValueError(
                     "Override shape mismatch: expected "
