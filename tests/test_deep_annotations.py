@@ -13,7 +13,6 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any, TypedDict
 
 import pytest
@@ -135,18 +134,23 @@ def test_a_deep_annotation_within_the_limit_checks_values_of_any_depth() -> None
     assert not check(value) and not accepts(value, annotation)
 
 
-@contextmanager
-def little_stack(headroom: int) -> Iterator[None]:
-    """Run the body with only about ``headroom`` frames left before the recursion limit."""
+def with_headroom(headroom: int, call: Callable[[], Any]) -> Any:
+    """``call()`` with only about ``headroom`` frames left before the recursion limit."""
     limit = sys.getrecursionlimit()
-    frame: Any = sys._getframe()
-    depth = 0
-    while frame is not None:
-        depth += 1
-        frame = frame.f_back
-    sys.setrecursionlimit(depth + headroom)
+    left = 0
+
+    def down() -> None:
+        nonlocal left
+        left += 1
+        down()
+
     try:
-        yield
+        down()
+    except RecursionError:
+        pass
+    sys.setrecursionlimit(limit - left + headroom)  # the interpreter's own count of depth
+    try:
+        return call()
     finally:
         sys.setrecursionlimit(limit)
 
@@ -159,8 +163,8 @@ def test_near_the_recursion_limit_a_deep_annotation_is_a_type_error() -> None:
         lambda: accepts([], annotation),
         lambda: compatible(annotation, int),
     ):
-        with little_stack(60), pytest.raises(TypeError, match="too deeply for the stack left"):
-            call()
+        with pytest.raises(TypeError, match="too deeply for the stack left"):
+            with_headroom(60, call)
     validate_type(annotation, where="m.f.x")  # with the stack back, it is accepted
 
 
@@ -175,3 +179,25 @@ async def test_a_plan_with_an_annotation_at_the_limit_runs(registered: list[str]
     value[0] = "x"
     with pytest.raises(TypeError, match="Invalid input: x"):
         await plan.execute(inputs={"x": value})
+
+
+class Chain(TypedDict):
+    next: Chain | None
+
+
+def test_a_deep_value_near_the_recursion_limit_is_decided_or_a_type_error() -> None:
+    """Values are walked with an explicit stack (recursive types) or as deep as the type
+    (at most a few dozen levels): a value far deeper than the recursion limit is decided,
+    and with the caller's stack nearly spent it is a ``TypeError``, not ``RecursionError``."""
+
+    value: Any = None
+    for _ in range(sys.getrecursionlimit() * 10):
+        value = {"next": value}
+    check = checker(Chain)
+    assert check is not None and check(value) and accepts(value, Chain)
+    for headroom in (5, 8, 30):
+        for call in (lambda: check(value), lambda: accepts(value, Chain)):
+            try:
+                assert with_headroom(headroom, call) is True
+            except TypeError as exc:
+                assert "too deeply for the stack left" in str(exc)

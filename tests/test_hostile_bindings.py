@@ -17,7 +17,6 @@ consistent reading of its inputs.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import math
 from collections.abc import Callable, Iterator
@@ -27,6 +26,7 @@ import numpy
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import loops as loop_support
 
 from sdax_hamilton import Driver, ExecutionError, _core, execution, shutdown
 from sdax_hamilton._core import Graph, Policy, Run
@@ -378,7 +378,7 @@ def test_fill_is_none_or_exactly_the_plan_s_table(inputs: dict[Any, Any]) -> Non
 def test_a_run_with_hostile_keys_fails_as_documented_or_runs(inputs: dict[Any, Any]) -> None:
     plan = _plan()
     result = outcome(
-        lambda: asyncio.run(plan.execute(inputs=inputs)), (ValueError, TypeError, Hostile)
+        lambda: loop_support.run(plan.execute(inputs=inputs)), (ValueError, TypeError, Hostile)
     )
     if not isinstance(result, BaseException):
         assert result == {"s": result["s"]} and isinstance(result["s"], int)
@@ -481,7 +481,7 @@ def test_declarations_refuse_as_documented_or_decorate(kwargs: dict[str, Any]) -
 def test_a_run_s_timeout_is_read_without_panic(timeout: Any) -> None:
     plan = _plan()
     outcome(
-        lambda: asyncio.run(plan.execute(inputs={"x": 1, "y": 2}, timeout=timeout)),
+        lambda: loop_support.run(plan.execute(inputs={"x": 1, "y": 2}, timeout=timeout)),
         (TypeError, ValueError, Hostile, ExecutionError),  # a deadline of 0 has passed
     )
 

@@ -1057,7 +1057,10 @@ def _build_checker(tp: Any) -> Predicate | None:
         except _Cyclic:
 
             def check_recursive(value: Any) -> bool:
-                return _evaluate(value, node)
+                try:
+                    return _evaluate(value, node)
+                except RecursionError:  # only with the caller's stack already that deep
+                    raise too_deep_error("checker", reason=_STACK_LEFT) from None
 
             return check_recursive
     except _Unsupported as exc:
