@@ -7,11 +7,10 @@
 //! checks in `_plan.py` (`PreparedPlan._values`) say what is wrong. It decides nothing
 //! those checks would not: it only spares a good run their Python frames.
 //!
-//! The caller's keys are user objects: their `__hash__` and `__eq__` run while they are
-//! looked up, and may change the inputs dict, raise or lie
-//! (docs/contract.md#hostile-bindings). So `fill` reads one snapshot of the dict, never
-//! iterates the dict itself, and keys the table by the plan's own names, never by the
-//! caller's key objects.
+//! The caller's keys are user objects: their `__eq__` may run while a name is looked up,
+//! and may change the inputs dict, raise or lie (docs/contract.md#hostile-bindings). So
+//! `fill` never iterates the dict: it looks up each of the plan's names, and keys the
+//! table by those names, never by the caller's key objects.
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -22,12 +21,9 @@ use crate::check::{all_pass, Check};
 
 #[pyclass(frozen, module = "sdax_hamilton._core", name = "InputTable")]
 pub(crate) struct InputTable {
-    /// Each required input's name, mapped to itself: a caller's key finds the plan's own
-    /// `str` object here.
-    names: Py<PyDict>,
+    /// The required inputs' names, sorted: the caller's dict is read by looking each up.
+    names: Vec<Py<PyString>>,
     config: Py<PyDict>,
-    /// The length of a good table: the config's keys and the names, together.
-    size: usize,
     checks: Vec<(Py<PyString>, Check)>,
 }
 
@@ -37,28 +33,26 @@ impl InputTable {
     /// `(name, check, is_class)` for every requirement on an input.
     #[new]
     fn py_new(
-        py: Python<'_>,
         names: &Bound<'_, PyFrozenSet>,
         config: Py<PyDict>,
         checks: Vec<(Py<PyString>, Py<PyAny>, bool)>,
     ) -> PyResult<Self> {
-        let table = PyDict::new(py);
-        let mut size = config.bind(py).len();
+        let mut sorted = Vec::with_capacity(names.len());
         for name in names.try_iter()? {
-            let name = name?;
-            if !config.bind(py).contains(&name)? {
-                size += 1;
-            }
-            table.set_item(&name, &name)?;
+            sorted.push(name?.cast_into::<PyString>()?);
         }
+        let mut keyed = Vec::with_capacity(sorted.len());
+        for name in &sorted {
+            keyed.push((name.to_str()?.to_owned(), name.clone().unbind()));
+        }
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
         let checks = checks
             .into_iter()
             .map(|(name, check, is_class)| (name, Check::new((check, is_class))))
             .collect();
         Ok(InputTable {
-            names: table.unbind(),
+            names: keyed.into_iter().map(|(_, name)| name).collect(),
             config,
-            size,
             checks,
         })
     }
@@ -72,28 +66,27 @@ impl InputTable {
         py: Python<'py>,
         inputs: &Bound<'py, PyAny>,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let names = self.names.bind(py);
         let table = self.config.bind(py).copy()?;
         if inputs.is_none() {
-            return Ok(names.is_empty().then_some(table));
+            return Ok(self.names.is_empty().then_some(table));
         }
         let Ok(supplied) = inputs.cast_exact::<PyDict>() else {
             return Ok(None);
         };
-        // Two lists taken together, with no Python code in between: what is read below.
-        let (keys, values) = (supplied.keys(), supplied.values());
-        if keys.len() != names.len() {
+        if supplied.len() != self.names.len() {
             return Ok(None);
         }
+        // Each name looked up, never the dict iterated: a key's own code may change it.
         let filled = (|| -> PyResult<bool> {
-            for (key, value) in keys.iter().zip(values.iter()) {
-                let Some(name) = names.get_item(&key)? else {
+            for name in &self.names {
+                let name = name.bind(py);
+                let Some(value) = supplied.get_item(name)? else {
                     return Ok(false);
                 };
                 table.set_item(name, value)?;
             }
-            // Every name set once: no key stood for another's name.
-            Ok(table.len() == self.size && all_pass(&self.checks, &table)?)
+            // As many keys as names still: none besides them.
+            Ok(supplied.len() == self.names.len() && all_pass(&self.checks, &table)?)
         })();
         match filled {
             Ok(passed) => Ok(passed.then_some(table)),
@@ -103,7 +96,9 @@ impl InputTable {
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
-        visit.call(&self.names)?;
+        for name in &self.names {
+            visit.call(name)?;
+        }
         visit.call(&self.config)?;
         for (name, check) in &self.checks {
             visit.call(name)?;

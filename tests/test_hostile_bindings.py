@@ -326,18 +326,41 @@ async def test_a_key_changing_the_inputs_while_they_are_read_is_no_panic(make_mo
     inputs: dict[Any, Any] = {}
 
     class Growing(str):
+        """Adds a key to the inputs whenever it is hashed or compared."""
+
         def __hash__(self) -> int:
             if armed:
                 inputs[f"y{len(inputs)}"] = 1
             return str.__hash__(self)
 
-        __eq__ = str.__eq__
+        def __eq__(self, other: object) -> bool:
+            if armed:
+                inputs[f"y{len(inputs)}"] = 1
+            return str.__eq__(self, other)
 
     inputs[Growing("x")] = 1
     armed = True
-    # One consistent reading of the inputs: the snapshot had exactly the required key.
+    # The dict grows while it is read: the run refuses it as inputs of the wrong shape
+    # (the documented input error), where it used to raise PanicException.
+    with pytest.raises(ValueError, match="Input shape mismatch"):
+        await plan.execute(inputs=inputs)
+    assert len(inputs) > 1
+
+    class Hashing(str):
+        """Adds a key whenever it is hashed (the case of the report): reading the inputs
+        never needs its hash again, so the run takes them as they were."""
+
+        def __hash__(self) -> int:
+            if armed:
+                inputs[f"z{len(inputs)}"] = 1
+            return str.__hash__(self)
+
+        __eq__ = str.__eq__
+
+    armed = False
+    inputs = {Hashing("x"): 1}
+    armed = True
     assert await plan.execute(inputs=inputs) == {"a": 2}
-    assert len(inputs) > 1  # the key did change the dict while it was read
 
 
 # --------------------------------------------------------------------------------------
@@ -400,12 +423,12 @@ def test_an_interrupt_from_a_key_propagates_as_itself() -> None:
     armed = False
 
     class Interrupting(str):
-        def __hash__(self) -> int:
+        def __eq__(self, other: object) -> bool:
             if armed:
                 raise KeyboardInterrupt
-            return str.__hash__(self)
+            return str.__eq__(self, other)
 
-        __eq__ = str.__eq__
+        __hash__ = str.__hash__
 
     inputs = {Interrupting("x"): 1, "y": 2}
     armed = True
