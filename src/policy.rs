@@ -85,7 +85,7 @@ fn plain_int<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyInt>> {
 
 /// `repr(obj)` for messages; a number by its own class's `repr` (`int`'s or `float`'s),
 /// never a subclass's.
-fn number_repr(obj: &Bound<'_, PyAny>) -> String {
+pub(crate) fn number_repr(obj: &Bound<'_, PyAny>) -> String {
     let py = obj.py();
     let base = if obj.is_instance_of::<PyBool>() {
         None

@@ -11,7 +11,7 @@ use sdax_core::{Command, Failure, Hint, Op, Run};
 
 use crate::carry::{Carried, Carrying, PyCarrier, CARRIED};
 use crate::graph::PyPlan;
-use crate::policy::{read_number, type_name};
+use crate::policy::{number_repr, read_number, type_name};
 
 fn run_err(e: sdax_core::RunError) -> PyErr {
     PyRuntimeError::new_err(e.to_string())
@@ -24,7 +24,8 @@ fn job_id(job: &Bound<'_, PyAny>, event: &str) -> PyResult<i64> {
         Err(e) => {
             if job.is_instance_of::<PyInt>() {
                 Err(PyRuntimeError::new_err(format!(
-                    "Run.{event}: {job} is not a job of this run"
+                    "Run.{event}: {} is not a job of this run",
+                    number_repr(job)
                 )))
             } else {
                 Err(e)
