@@ -34,6 +34,7 @@ use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::check::{all_pass, Check};
+use crate::seq::items;
 
 /// The opcode of a carried START handed back (outside the core's `Op` range).
 pub(crate) const CARRIED: u8 = 0x80;
@@ -64,12 +65,13 @@ struct NodeCall {
 
 type CheckSpec = (Py<PyString>, Py<PyAny>, bool);
 
-type NodeSpec = (
+/// A node's spec as given: its two lists are read by `crate::seq::items`.
+type NodeSpec<'py> = (
     Py<PyAny>,
     Py<PyString>,
-    Vec<(Py<PyString>, Py<PyString>)>,
+    Bound<'py, PyAny>,
     Option<Py<PyDict>>,
-    Vec<CheckSpec>,
+    Bound<'py, PyAny>,
     Option<(Py<PyAny>, bool)>,
     Py<PyAny>,
     bool,
@@ -95,13 +97,15 @@ impl PyCarrier {
     #[new]
     fn py_new(
         py: Python<'_>,
-        nodes: Vec<NodeSpec>,
-        releases: Vec<Option<Py<PyAny>>>,
+        nodes: &Bound<'_, PyAny>,
+        releases: &Bound<'_, PyAny>,
         acquisition: Py<PyAny>,
         isawaitable: Py<PyAny>,
         coroutine_type: Py<PyAny>,
         monotonic: Py<PyAny>,
     ) -> PyResult<Self> {
+        let nodes: Vec<NodeSpec<'_>> = items(nodes, "Carrier: nodes")?;
+        let releases: Vec<Option<Py<PyAny>>> = items(releases, "Carrier: releases")?;
         if releases.len() != nodes.len() {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "Carrier: {} nodes but {} release entries",
@@ -222,9 +226,11 @@ fn step<'py>(coro: &Bound<'py, PyAny>) -> PyResult<Result<Bound<'py, PyAny>, Bou
 }
 
 impl NodeCall {
-    fn new(py: Python<'_>, spec: NodeSpec) -> PyResult<Self> {
+    fn new(py: Python<'_>, spec: NodeSpec<'_>) -> PyResult<Self> {
         let (call, name, args, defaults, checks, output_check, output_type, owned, positional) =
             spec;
+        let args: Vec<(Py<PyString>, Py<PyString>)> = items(&args, "Carrier: a node's args")?;
+        let checks: Vec<CheckSpec> = items(&checks, "Carrier: a node's checks")?;
         let checks: Vec<(Py<PyString>, Check)> = checks
             .into_iter()
             .map(|(keyword, check, is_class)| (keyword, Check::new((check, is_class))))

@@ -18,6 +18,7 @@ use pyo3::types::{PyDict, PyFrozenSet, PyString};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::check::{all_pass, Check};
+use crate::seq::items;
 
 #[pyclass(frozen, module = "sdax_hamilton._core", name = "InputTable")]
 pub(crate) struct InputTable {
@@ -35,8 +36,9 @@ impl InputTable {
     fn py_new(
         names: &Bound<'_, PyFrozenSet>,
         config: Py<PyDict>,
-        checks: Vec<(Py<PyString>, Py<PyAny>, bool)>,
+        checks: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
+        let checks: Vec<(Py<PyString>, Py<PyAny>, bool)> = items(checks, "checks")?;
         let mut sorted = Vec::with_capacity(names.len());
         for name in names.try_iter()? {
             sorted.push(name?.cast_into::<PyString>()?);

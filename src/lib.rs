@@ -16,6 +16,7 @@ mod graph;
 mod inputs;
 mod policy;
 mod run;
+mod seq;
 mod step;
 
 use pyo3::prelude::*;

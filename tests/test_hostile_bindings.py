@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -630,3 +631,46 @@ def test_carrier_and_table_constructors_read_hostile_specs(
     outcome(lambda: catcher(name, context=keyword), (TypeError,))
     outcome(lambda: catcher(name), (TypeError,))
     assert catcher.take() is not None
+
+
+class Lying(list[Any]):
+    """A list whose ``__len__`` claims ``claimed`` items (pyo3 would size a vector by it)."""
+
+    claimed = 0
+
+    def __len__(self) -> int:
+        return self.claimed
+
+
+@FUZZ
+@given(
+    claimed=st.one_of(st.integers(0, 10), st.sampled_from([sys.maxsize, 2**40, 2**62])),
+    real=st.integers(0, 3),
+)
+def test_a_sequence_s_own_length_sizes_nothing(claimed: int, real: int) -> None:
+    """A sequence claiming ``sys.maxsize`` items was a capacity-overflow panic, or an
+    allocation failure that aborted the process; it is read by iterating it."""
+
+    def lying(items: list[Any]) -> Lying:
+        made = Lying(items)
+        made.claimed = claimed
+        return made
+
+    def f(x: int) -> int:
+        return x
+
+    checks = lying([("x", int, True)] * real)
+    table = outcome(lambda: _core.InputTable(frozenset({"x"}), {}, checks))
+    assert isinstance(table, _core.InputTable)
+    spec = (f, "f", lying([("x", "x")] * real), None, lying([]), None, int, False, False)
+    carrier = outcome(
+        lambda: _core.Carrier(
+            lying([spec] * real), lying([None] * real), object, callable, type(None), float
+        )
+    )
+    assert isinstance(carrier, _core.Carrier) and len(carrier) == real
+    nodes = lying([(f"n{i}", lying([]), lying([]), Policy(), None) for i in range(real)])
+    graph = outcome(lambda: Graph(nodes))
+    assert isinstance(graph, Graph) and len(graph) == real
+    if real:
+        assert len(graph.select(lying(["n0"]))) == 1
