@@ -240,3 +240,20 @@ async def test_a_hook_returning_a_huge_positive_int_is_capped_by_max_delay(
     mod = make_module(source)
     mod.HINT = 2**1024  # +inf, capped to 0
     assert await Driver(mod).prepare(["fails"]).execute() == {"fails": 2}
+
+
+@EXACT
+@given(x=numbers, cap=st.sampled_from([None, 0.0, 7.5]))
+def test_a_hint_is_a_wait_exactly_when_the_contract_says(x: Any, cap: float | None) -> None:
+    """``Run.hinted``: a number is the wait, capped by ``max_delay``; negative (any size),
+    NaN, or infinite without a cap is unusable (``BAD_HINT``, the failure is final)."""
+    policy = Policy(retries=1, initial_delay=0, max_delay=cap, retry_after=lambda exc: None)
+    run = _core.Run(_core.Graph([("a", [], [], policy, None)]).select(["a"]))
+    run.start()
+    assert run.failed(0, True) == (None, [(_core.HINT, 0, 0, None)])
+    delay, commands = run.hinted(0, x)
+    v, f = value_of(x), as_float(x)
+    if v != v or v < 0 or (f == math.inf and cap is None):
+        assert delay is None and commands == [(_core.BAD_HINT, 0, 0, None)]
+    else:
+        assert delay == (f if cap is None else min(f, cap))
