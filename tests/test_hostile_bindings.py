@@ -674,3 +674,59 @@ def test_a_sequence_s_own_length_sizes_nothing(claimed: int, real: int) -> None:
     assert isinstance(graph, Graph) and len(graph) == real
     if real:
         assert len(graph.select(lying(["n0"]))) == 1
+
+
+@FUZZ
+@given(
+    trap=traps,
+    returned=anything,
+    positional=st.booleans(),
+    owned=st.booleans(),
+    timeout=st.sampled_from([None, 5.0]),
+)
+def test_the_carrier_runs_hostile_calls_and_checks_without_panic(
+    trap: Trap, returned: Any, positional: bool, owned: bool, timeout: float | None
+) -> None:
+    """A run carrying out its own STARTs (src/carry.rs) calls user code: the node, its
+    input and output checks, its release. Each may change the run's value table, raise
+    or return anything."""
+    values: dict[Any, Any] = {"x": 1}
+    trap.target = values
+
+    def node(x: Any) -> Any:
+        trap.fire()
+        return returned
+
+    def check(value: Any) -> bool:
+        return not trap.fire()
+
+    def release(record: Any) -> Any:
+        trap.fire()
+        return returned
+
+    class Task:
+        def cancelling(self) -> Any:
+            return 0 if not trap.fire() else returned
+
+    spec = (
+        node,
+        "n",
+        [("x", "x")],
+        None,
+        [("x", check, False)],
+        (check, False),
+        int,
+        owned,
+        positional,
+    )
+    carrier = _core.Carrier(
+        [spec], [release if owned else None], object, callable, type(None), float
+    )
+    policy = Policy(timeout=timeout)
+    plan = Graph([("n", ["x"], [], policy, Policy() if owned else None)]).select(["n"])
+    run = Run(plan)
+    acquisitions: list[Any] = [None]
+    carrying = (carrier, values, acquisitions, Task(), lambda: 0.0)
+    outcome(functools.partial(run.start_carried, carrying))
+    outcome(run.begin_shutdown_or_finish)
+    outcome(functools.partial(run.succeeded, 1))
