@@ -39,13 +39,11 @@ impl InputTable {
         checks: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         let checks: Vec<(Py<PyString>, Py<PyAny>, bool)> = items(checks, "checks")?;
-        let mut sorted = Vec::with_capacity(names.len());
+        // Sorted: a table's order does not depend on how the set iterates.
+        let mut keyed = Vec::with_capacity(names.len());
         for name in names.try_iter()? {
-            sorted.push(name?.cast_into::<PyString>()?);
-        }
-        let mut keyed = Vec::with_capacity(sorted.len());
-        for name in &sorted {
-            keyed.push((name.to_str()?.to_owned(), name.clone().unbind()));
+            let name = name?.cast_into::<PyString>()?;
+            keyed.push((name.to_str()?.to_owned(), name.unbind()));
         }
         keyed.sort_by(|a, b| a.0.cmp(&b.0));
         let checks = checks
