@@ -4,14 +4,17 @@
 Every annotation is first *normalised* into a small hashable tree (``_Norm``): ``None`` becomes
 ``NoneType``, ``typing.List`` & co. become their runtime classes, ``X | Y`` and ``Union[X, Y]``
 become the same node, unions are flattened and order-insensitive. All four public functions
-work on that tree, so they agree on what a type means.
+work on that tree, so they agree on what a type means. An annotation nested more than
+``MAX_DEPTH`` levels is refused before it is normalised (docs/contract.md#hostile-bindings).
 
 * ``accepts`` is the reference evaluator. It walks values with an explicit stack (never the
   Python call stack), so deep *data* cannot raise ``RecursionError`` even for recursive
-  ``TypedDict`` types, and long containers of simple element types are checked in tight loops.
+  ``TypedDict`` types, cyclic data ends (``_Walk``), and long containers of simple element
+  types are checked in tight loops.
 * ``checker`` compiles a type once into nested closures (recursion follows the finite *type*
-  structure only); a type whose structure is cyclic (a recursive ``TypedDict``) falls back to
-  the iterative evaluator. Compiled predicates are cached by type.
+  structure only, at most ``_COMPILE_DEPTH`` levels); a type whose structure is cyclic (a
+  recursive ``TypedDict``) or deeper falls back to the iterative evaluator. Compiled
+  predicates are cached by type.
 
 Error messages name the annotation and the place it came from, never a value being checked.
 """
