@@ -486,6 +486,8 @@ def test_run_budget_and_delay_bounds_read_any_object(value: Any) -> None:
     outcome(lambda: _core.run_budget(value), (TypeError, ValueError, Hostile))
     outcome(lambda: Policy(retries=3).delay_bounds(value), (TypeError, ValueError, Hostile))
     assert type(outcome(lambda: _core.is_number(value), ())) is bool
+    room = outcome(lambda: _core.has_room(value))
+    assert type(room) is bool or isinstance(room, (TypeError, OverflowError, Hostile))
 
 
 @FUZZ
@@ -569,6 +571,7 @@ RUN_EVENTS = (
     "cancel",
     "begin_shutdown",
     "begin_shutdown_or_finish",
+    "abandon",
     "attempts",
     "started",
     "clock",
@@ -592,7 +595,7 @@ def test_a_run_driven_by_hostile_arguments_never_panics(
         run = Run(_small_plan())
     for event, job, extra in steps:
         method = getattr(run, event)
-        if event in ("start", "cancel", "begin_shutdown", "begin_shutdown_or_finish"):
+        if event in ("start", "cancel", "begin_shutdown", "begin_shutdown_or_finish", "abandon"):
             outcome(method)
         elif event == "failed":
             outcome(functools.partial(method, job, True))
