@@ -733,3 +733,26 @@ def test_the_carrier_runs_hostile_calls_and_checks_without_panic(
     outcome(functools.partial(run.start_carried, carrying))
     outcome(run.begin_shutdown_or_finish)
     outcome(functools.partial(run.succeeded, 1))
+
+
+async def test_a_key_whose_hash_changes_is_an_input_error_not_a_key_error(
+    make_module: Any,
+) -> None:
+    """A key hashed one way when the dict stored it and another when it is compared passes
+    a shape check by set comparison, yet cannot be found by its name: the plan's checks
+    read each input back by name, and say so with the documented input error."""
+    plan = Driver(make_module("def a(x: int, y: object) -> int:\n    return x\n")).prepare(["a"])
+    stored = False
+
+    class Shifty(str):
+        def __hash__(self) -> int:
+            return str.__hash__(self) if stored else 12345
+
+        __eq__ = str.__eq__
+
+    inputs = {Shifty("x"): 1, "y": 2}
+    stored = True
+    with pytest.raises(ValueError, match="Input shape mismatch"):
+        await plan.execute(inputs=inputs)
+    with pytest.raises(ValueError, match="Input shape mismatch"):
+        await plan.execute(inputs=dict(inputs))  # the Python checks, not the value table
