@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyFrozenSet, PyString, PyTuple};
 
@@ -189,16 +189,22 @@ impl PyPlan {
         self.core.shutdown_order()
     }
 
-    fn shutdown_edges(&self) -> Vec<(String, String)> {
+    fn shutdown_edges(&self) -> PyResult<Vec<(String, String)>> {
         let names = self.core.names();
-        let mut edges: Vec<(String, String)> = self
+        let name = |i: u32| {
+            names
+                .get(i as usize)
+                .cloned()
+                .ok_or_else(|| PyRuntimeError::new_err(format!("Plan.shutdown_edges: no node {i}")))
+        };
+        let mut edges = self
             .core
             .release_edges()
             .into_iter()
-            .map(|(d, o)| (names[d as usize].clone(), names[o as usize].clone()))
-            .collect();
+            .map(|(d, o)| Ok((name(d)?, name(o)?)))
+            .collect::<PyResult<Vec<_>>>()?;
         edges.sort_unstable();
-        edges
+        Ok(edges)
     }
 
     fn __len__(&self) -> usize {

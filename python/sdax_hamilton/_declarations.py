@@ -60,6 +60,7 @@ def default_retryable_exceptions() -> ExceptionTypes:
                 isinstance(extra, type)
                 and issubclass(extra, BaseException)
                 and not any(issubclass(never, extra) for never in _NEVER_RETRYABLE)
+                and not issubclass(extra, _NEVER_RETRYABLE)
             ):
                 found.append(extra)
         _default_retryable = tuple(found)

@@ -137,8 +137,9 @@ class PreparedPlan:
             table = program.inputs.fill(inputs)
             if table is not None:
                 return table  # else a check below fails and says why
-        # Read, never changed (the run's table is a new dict, below): a dict is not copied.
-        supplied = inputs if type(inputs) is dict else {} if inputs is None else dict(inputs)
+        # A snapshot: a key's own __hash__ or __eq__, run by the checks below, may change the
+        # caller's dict (docs/contract.md#hostile-bindings).
+        supplied = {} if inputs is None else dict(inputs)
         if supplied.keys() != program.input_names:
             raise ValueError(
                 "Input shape mismatch: expected "
@@ -146,12 +147,15 @@ class PreparedPlan:
             )
         replaced = None
         if overrides is not None or self.override_nodes:
-            replaced = overrides if type(overrides) is dict else dict(overrides or {})
+            replaced = dict(overrides or {})
             if replaced.keys() != self.override_nodes:
                 raise ValueError(
                     "Override shape mismatch: expected "
                     f"{sorted(self.override_nodes)}, got {sorted(replaced, key=repr)}"
                 )
+        supplied = _by_name(supplied, program.input_names, "Input")
+        if replaced is not None:
+            replaced = _by_name(replaced, self.override_nodes, "Override")
         _check_values(program.input_checks, supplied, "input")
         table = {**program.config_table, **supplied}
         if replaced:
@@ -299,6 +303,20 @@ class _Entered(contextlib.AbstractAsyncContextManager[dict[str, Any]]):
                 ResourceWarning,
                 stacklevel=2,
             )
+
+
+def _by_name(supplied: dict[Any, Any], names: Collection[str], kind: str) -> dict[str, Any]:
+    """``supplied``'s value for each of ``names``, keyed by the plan's own names: a key whose
+    ``__hash__`` or ``__eq__`` lies may pass the shape check and still not be found by its
+    name (docs/contract.md#hostile-bindings), which is an input error, not a ``KeyError``
+    from inside the run."""
+    try:
+        return {name: supplied[name] for name in names}
+    except Exception:
+        raise ValueError(
+            f"{kind} shape mismatch: a key could not be read back by its name (its __hash__ "
+            "or __eq__ is inconsistent); pass a dict with plain str keys"
+        ) from None
 
 
 def _check_values(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .. import _declarations
+from .. import _declarations, _types
 
 
 def origin(fn: Any) -> str:
@@ -55,5 +55,16 @@ def check_defining_module(fn: Any) -> None:
 def hints(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(fn, include_extras=True)
+    except RecursionError:
+        # typing resolves annotations recursively: name the one nested too deeply
+        # (docs/contract.md#hostile-bindings)
+        annotations = getattr(fn, "__annotations__", None)
+        for name, hint in (annotations if isinstance(annotations, dict) else {}).items():
+            if _types.too_deep(hint):
+                where = f"{origin(fn)} return" if name == "return" else f"{origin(fn)}.{name}"
+                raise _types.too_deep_error(where) from None
+        raise TypeError(
+            f"{origin(fn)}: cannot resolve type annotations (nested too deeply to resolve)"
+        ) from None
     except Exception as exc:
         raise TypeError(f"{origin(fn)}: cannot resolve type annotations ({exc})") from None
