@@ -44,7 +44,7 @@ def plain(key: object) -> str | None:
     if type(key) is str:
         return key
     if issubclass(type(key), str):
-        return str.__str__(key)  # type: ignore[arg-type]
+        return str.__str__(key)
     return None
 
 

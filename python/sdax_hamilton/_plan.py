@@ -344,8 +344,9 @@ def _read(value: object, what: str) -> dict[Any, Any]:
             f"{what} must be a mapping of names (str) to values, not "
             f"{_messages.type_name(value)}; pass e.g. {what}={example}"
         )
+    mapping: Any = value
     try:
-        return dict(value)  # type: ignore[call-overload]
+        return dict(mapping)
     except Exception as exc:
         kind = "Input" if what == "inputs" else "Override"
         raise ValueError(
