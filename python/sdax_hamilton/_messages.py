@@ -86,29 +86,44 @@ def names(values: Iterable[object], *, sort: bool = True) -> str:
 def did_you_mean(wrong: object, known: Iterable[str]) -> str:
     """`` (did you mean 'rows'?)`` when ``known`` holds close matches of ``wrong``, else
     ``""``. Long names and huge candidate sets get no suggestion (bounded work)."""
+    return _did_you_mean(_matches(wrong, known))
+
+
+def _did_you_mean(matches: Sequence[str]) -> str:
+    return f" (did you mean {_either(matches)}?)" if matches else ""
+
+
+def _matches(wrong: object, known: Iterable[str]) -> list[str]:
     text = plain(wrong)
     if text is None or not text or len(text) > MAX_NAME:
-        return ""
+        return []
     candidates: Sequence[str] = [
         item for item in known if type(item) is str and 0 < len(item) <= MAX_NAME
     ]
     if len(candidates) > _MAX_SUGGESTED_FROM:
-        return ""
+        return []
     matches = difflib.get_close_matches(text, candidates, n=3, cutoff=0.6)
-    matches = [match for match in matches if match != text]
-    if not matches:
-        return ""
-    if len(matches) == 1:
-        return f" (did you mean {matches[0]!r}?)"
-    return f" (did you mean one of {', '.join(repr(match) for match in matches)}?)"
+    return [match for match in matches if match != text]
 
 
 def unknown(wrong: Sequence[object], known: Iterable[str]) -> str:
-    """``['zz' (did you mean 'z'?), 'q', … and 3 more]``: names not found, each with its
-    close matches among ``known`` (the first :data:`MAX_LISTED` of them)."""
+    """``['zz'] (did you mean 'z'?)``: names not found as a list (bounded), then close
+    matches among ``known`` for the first :data:`MAX_LISTED` of them, each naming the name
+    it is for when several were not found."""
     candidates = list(known)
-    shown = [name(item) + did_you_mean(item, candidates) for item in wrong[:MAX_LISTED]]
-    rest = len(wrong) - MAX_LISTED
-    if rest > 0:
-        shown.append(f"… and {rest:,} more")
-    return f"[{', '.join(shown)}]"
+    found = []
+    for item in wrong[:MAX_LISTED]:
+        matches = _matches(item, candidates)
+        if matches:
+            found.append((item, matches))
+    listed = names(wrong)
+    if not found:
+        return listed
+    if len(wrong) == 1:
+        return listed + _did_you_mean(found[0][1])
+    parts = [f"{_either(matches)} for {name(item)}" for item, matches in found]
+    return f"{listed} (did you mean {'; '.join(parts)}?)"
+
+
+def _either(matches: Sequence[str]) -> str:
+    return " or ".join(repr(match) for match in matches)

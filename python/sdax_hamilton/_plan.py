@@ -84,8 +84,9 @@ def _names(value: object, what: str, *, allow_empty: bool) -> tuple[str, ...]:
 
 
 def _unknown_selected(exc: ValueError, nodes: Mapping[str, NodeSpec]) -> ValueError:
-    """The core's "Unknown selected node" with what to do: a close match among the nodes,
-    or that the name is an input (which no plan can output)."""
+    """The core's "Unknown selected node" (src/graph.rs: it carries the name as given) with
+    what to do: a close match among the nodes, or that the name is an input (which no plan
+    can output)."""
     wrong = exc.__dict__.get("_sdax_unknown")
     if wrong is None:
         return exc
@@ -95,7 +96,8 @@ def _unknown_selected(exc: ValueError, nodes: Mapping[str, NodeSpec]) -> ValueEr
     else:
         known = [name for name, spec in nodes.items() if not spec.validation_internal]
         hint = _messages.did_you_mean(text, known) + " — final_vars must name nodes of this Driver"
-    return ValueError(f"{exc}{hint}")
+    # The name quoted here, not as the core could show it: a lone surrogate is kept escaped.
+    return ValueError(f"Unknown selected node: {_messages.name(wrong)}{hint}")
 
 
 def _dedupe(types: Iterable[Any]) -> tuple[Any, ...]:

@@ -59,7 +59,7 @@ def discover(modules: Iterable[ModuleType]) -> Discovered:
             owner = declaration(release).owner  # type: ignore[attr-defined]
             raise ValueError(
                 f"Shutdown {origin(release)} is declared for {origin(owner)}, which is "
-                "not a node of this Driver"
+                "not a node of this Driver; pass the module defining it to Driver(...) too"
             )
     return Discovered(tuple(roots), declarations, tuple(releases.values()))
 
@@ -80,7 +80,8 @@ def _roots(modules: Iterable[ModuleType]) -> tuple[list[FunctionType], list[Func
                 if shutdowns_of(fn):
                     raise ValueError(
                         f"{origin(fn)} is excluded from the graph (hamilton_exclude) but "
-                        f"owns a shutdown declaration ({origin(shutdowns_of(fn)[0].release)})"
+                        f"owns a shutdown declaration ({origin(shutdowns_of(fn)[0].release)}); "
+                        "remove one of the two"
                     )
             else:
                 roots.append(fn)
