@@ -314,8 +314,8 @@ class PreparedPlan:
         if program.resource_outputs:
             raise ValueError(
                 f"{_RESOURCE_OUTPUT}: {_messages.names(program.resource_outputs, sort=False)}"
-                " — use `async with plan.open(...) as values:`, or select nodes that "
-                "consume them"
+                " — read them in the body of async with plan.open(...), or select nodes "
+                "that consume them"
             )
         if program.adapters is None:
             budget = None if timeout is None else _core.run_budget(timeout)
@@ -532,8 +532,7 @@ def _check_replacements(
         gates = sorted({gate for name in internal_outputs if (gate := nodes[name].validation_gate)})
         raise ValueError(
             f"Cannot select validation internal nodes: {_messages.names(internal_outputs)} — "
-            f"select the validated node{'s' if len(gates) > 1 else ''} "
-            f"{_messages.names(gates)} instead"
+            f"select {' and '.join(_messages.name(gate) for gate in gates[:3])} instead"
         )
     config_replaced = [name for name in config if name in nodes]
     protected = sorted(
