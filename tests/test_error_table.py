@@ -255,9 +255,7 @@ from sdax_hamilton import execution
 def p(x: int) -> int:
     return x
 """
-trigger("expanded-without-target")(
-    lambda: Driver(_module(PARAMETERIZED.format(target="")))
-)
+trigger("expanded-without-target")(lambda: Driver(_module(PARAMETERIZED.format(target=""))))
 trigger("target-not-generated")(
     lambda: Driver(_module(PARAMETERIZED.format(target=", target_='thre'")))
 )
@@ -293,9 +291,7 @@ trigger("config-override-overlap")(
     )
 )
 trigger("validation-internal")(lambda: _service().prepare(["share_raw"]))
-trigger("replace-validation")(
-    lambda: _service().prepare(["share"], override_nodes=["share_raw"])
-)
+trigger("replace-validation")(lambda: _service().prepare(["share"], override_nodes=["share_raw"]))
 trigger("replace-owned")(lambda: _service().prepare(["count"], override_nodes=["connection"]))
 
 
@@ -321,9 +317,7 @@ def _() -> object:
 
 trigger("cycle")(
     lambda: Driver(
-        _module(
-            "def a(b: int) -> int:\n    return b\n\ndef b(a: int) -> int:\n    return a\n"
-        )
+        _module("def a(b: int) -> int:\n    return b\n\ndef b(a: int) -> int:\n    return a\n")
     ).prepare(["a"])
 )
 trigger("incompatible-edge")(
@@ -351,9 +345,7 @@ def _plan(**kwargs: Any) -> Any:
 
 
 trigger("missing-input")(lambda: _run(_plan().execute(inputs={"dsn": "db"})))
-trigger("unexpected-input")(
-    lambda: _run(_plan().execute(inputs={"dsn": "db", "limt": 10}))
-)
+trigger("unexpected-input")(lambda: _run(_plan().execute(inputs={"dsn": "db", "limt": 10})))
 trigger("defaulted-input")(
     lambda: _run(_plan().execute(inputs={"dsn": "db", "limit": 10, "page": 2}))
 )
@@ -466,4 +458,3 @@ def test_the_run_errors_name_their_nodes_on_the_first_line() -> None:
     first = str(caught.value).splitlines()[0]
     assert "node 'rows' (ConnectionError)" in first
     assert isinstance(caught.value.exceptions[0], ConnectionError)
-
