@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from support import loops as loop_support
 from support.modules import load_module
 
-from sdax_hamilton import Driver, ExecutionError, _core
+from sdax_hamilton import Driver, ExecutionError, _core, execution
 from sdax_hamilton._failures import failure_group
 
 SOURCE = """
@@ -305,3 +305,17 @@ def test_hostile_names_at_prepare_get_the_documented_errors(
         message.encode("utf-8")
         assert len(message) < 2_000
     # a plan may also come out: str subclasses naming real nodes or inputs are those names
+
+
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(names=st.lists(st.one_of(HOSTILE_KEYS, PLAIN_KEYS), min_size=1, max_size=3))
+def test_hostile_target_names_get_the_documented_errors(armed: None, names: list[object]) -> None:
+    Armed.on = True
+    try:
+        execution(target_=names)
+    except ValueError as exc:
+        message = str(exc)
+        message.encode("utf-8")
+        assert len(message) < 2_000
