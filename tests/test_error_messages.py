@@ -177,6 +177,30 @@ def test_inputs_that_are_not_a_mapping_are_a_type_error(driver: Driver, inputs: 
 # ---- hostile keys and names -----------------------------------------------------------
 
 
+class ReprRaises:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr")
+
+
+class EqRaises(str):
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("eq")
+
+    __hash__ = str.__hash__
+
+
+def test_a_key_whose_repr_raises_gets_the_input_error(driver: Driver) -> None:
+    with pytest.raises(ValueError, match=r"unexpected: <a key of type ReprRaises>"):
+        run(driver.prepare(["count"]).execute(inputs={**GOOD, ReprRaises(): 1}))
+
+
+def test_a_str_subclass_key_is_read_by_its_text(driver: Driver) -> None:
+    plan = driver.prepare(["count"])
+    assert run(plan.execute(inputs={EqRaises("dsn"): "db", "limit": 2})) == {"count": 2}
+    with pytest.raises(ValueError, match=r"unexpected: 'dsm' \(did you mean 'dsn'\?\)"):
+        run(plan.execute(inputs={EqRaises("dsm"): "db", "limit": 2}))
+
+
 class Armed:
     """Switches the hostile methods on once the key sits in a dict."""
 
