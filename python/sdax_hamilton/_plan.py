@@ -721,7 +721,8 @@ def _check_edge(producer: NodeSpec, consumer: NodeSpec, inp: InputSpec, required
         consumer.validation_internal or consumer.name == producer.validation_gate
     ):
         raise ValueError(
-            f"Validation internal node {producer.name!r} cannot be consumed by {consumer.name!r}"
+            f"Validation internal node {producer.name!r} cannot be consumed by "
+            f"{consumer.name!r}; consume the validated node {producer.validation_gate!r}"
         )
     if not compatible(producer.type, required):
         raise TypeError(

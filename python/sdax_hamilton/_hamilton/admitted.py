@@ -184,7 +184,8 @@ def modifiers(fn: Callable[..., Any]) -> Iterator[tuple[str, object]]:
         if not isinstance(value, list):
             raise ValueError(
                 f"unsupported Hamilton decorator {type(value).__name__} "
-                f"(attribute {lifecycle!r} of {origin(fn)})"
+                f"(attribute {lifecycle!r} of {origin(fn)}); use the decorators the README "
+                "lists (Hamilton decorators)"
             )
         for modifier in value:
             yield lifecycle, modifier

@@ -91,7 +91,10 @@ def _roots(modules: Iterable[ModuleType]) -> tuple[list[FunctionType], list[Func
 def _visit(fn: FunctionType, reached: dict[int, FunctionType], active: set[int]) -> None:
     """Reach ``fn`` and, depth first, the declarations its subdags resolve."""
     if id(fn) in active:
-        raise ValueError(f"Recursive subdag declaration cycle at {origin(fn)}")
+        raise ValueError(
+            f"Recursive subdag declaration cycle at {origin(fn)}; a subdag cannot include "
+            "the function that mounts it"
+        )
     if id(fn) in reached:
         return
     active.add(id(fn))
@@ -130,7 +133,8 @@ def nested(fn: FunctionType) -> list[FunctionType]:
         for source in sources:
             if not isinstance(source, FunctionType):
                 raise TypeError(
-                    f"{origin(fn)}: subdag source {type(source).__name__} is not a Python function"
+                    f"{origin(fn)}: subdag source {type(source).__name__} is not a Python "
+                    "function; pass the subdag's functions or modules"
                 )
             check_defining_module(source)
             found.append(source)

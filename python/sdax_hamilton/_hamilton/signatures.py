@@ -222,7 +222,8 @@ class SignatureChecks:
                 self._check_replacement_return(fn, replacing)
         if len(profiles) > 1:
             raise ValueError(
-                f"{origin(fn)}: more than one optional validation profile ({', '.join(profiles)})"
+                f"{origin(fn)}: more than one optional validation profile "
+                f"({', '.join(profiles)}); validate each function with one of them"
             )
         found = declaration(fn)
         if found is not None and not isinstance(
