@@ -107,6 +107,20 @@ def test_an_execution_error_names_at_most_ten_failures_then_counts() -> None:
     assert "n10" not in first
 
 
+def test_a_split_execution_error_names_the_failures_it_holds() -> None:
+    leaves = []
+    for i, cls in enumerate([ValueError, KeyError]):
+        leaf = cls(i)
+        leaf.add_note(f"sdax_hamilton: node 'n{i}' failed after 2 attempts")
+        leaves.append(leaf)
+    group = failure_group(leaves)
+    assert isinstance(group, ExecutionError)
+    match, rest = group.split(KeyError)
+    assert match is not None and rest is not None
+    assert str(match).startswith("sdax_hamilton execution failed: node 'n1' (KeyError) (1")
+    assert str(rest).startswith("sdax_hamilton execution failed: node 'n0' (ValueError) (1")
+
+
 def test_an_execution_error_without_notes_still_says_it_failed() -> None:
     group = failure_group([ValueError("x")])
     assert str(group).startswith("sdax_hamilton execution failed (1 sub-exception)")

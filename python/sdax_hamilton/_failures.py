@@ -44,8 +44,11 @@ class ExecutionError(ExceptionGroup[Exception]):
     """
 
     def derive(self, excs: Sequence[Exception]) -> ExecutionError:  # type: ignore[override]
-        # ``except*`` and ``split``/``subgroup`` keep the class (the leaves stay originals).
-        return ExecutionError(self.message, excs)
+        # ``except*`` and ``split``/``subgroup`` keep the class (the leaves stay originals),
+        # and the first line names the failures the part holds, when the leaves say which.
+        return ExecutionError(
+            failure_message(excs) if failed_subjects(excs) else self.message, excs
+        )
 
 
 def failures(exc: object) -> tuple[BaseException, ...]:
