@@ -15,6 +15,7 @@ Only error paths call these helpers.
 from __future__ import annotations
 
 import difflib
+import heapq
 from collections.abc import Iterable, Sequence
 
 __all__ = [
@@ -70,14 +71,24 @@ def name(value: object) -> str:
 
 def names(values: Iterable[object], *, sort: bool = True) -> str:
     """A list of names for a message: ``['a', 'b']``, at most :data:`MAX_LISTED` of them,
-    then ``… and N more``. ``str`` names are sorted (others follow in the given order)."""
+    then ``… and N more``. ``str`` names come first, the smallest ones when ``sort`` (others
+    follow in the given order); linear in the number of names."""
     items = list(values)
     if sort:
-        texts = [text for item in items if (text := plain(item)) is not None]
-        others = [item for item in items if plain(item) is None]
-        items = [*sorted(texts), *others]
-    shown = ", ".join(name(item) for item in items[:MAX_LISTED])
-    rest = len(items) - MAX_LISTED
+        texts: list[str] = []
+        others: list[object] = []
+        for item in items:
+            text = plain(item)
+            if text is None:
+                others.append(item)
+            else:
+                texts.append(text)
+        head: list[object] = [*heapq.nsmallest(MAX_LISTED, texts)]
+        head += others[: MAX_LISTED - len(head)]
+    else:
+        head = items[:MAX_LISTED]
+    shown = ", ".join(name(item) for item in head)
+    rest = len(items) - len(head)
     if rest > 0:
         shown += f", … and {rest:,} more"
     return f"[{shown}]"

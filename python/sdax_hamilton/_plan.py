@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
 import os
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -377,9 +378,10 @@ def _named(
         else:
             named[text] = value
     given = set(named)
-    missing = sorted(expected - given)
-    unexpected = sorted(given - expected)
-    if not missing and not unexpected and not bad:
+    missing = expected - given
+    extra = given - expected
+    unexpected = heapq.nsmallest(_messages.MAX_LISTED, extra)  # all of them are counted
+    if not missing and not extra and not bad:
         return named
     what = "inputs" if kind == "Input" else "overrides"
     wanted = "plan.required_inputs" if kind == "Input" else "plan.override_nodes"
@@ -389,13 +391,13 @@ def _named(
     ]
     if missing:
         parts.append(f"missing: {_messages.names(missing)}")
-    if unexpected or bad:
-        spare = expected - given
+    if extra or bad:
         explained = []
-        for name in unexpected[: _messages.MAX_LISTED]:
+        for name in unexpected:
             why = hint(name)
             explained.append(
-                _messages.name(name) + (f" ({why})" if why else _messages.did_you_mean(name, spare))
+                _messages.name(name)
+                + (f" ({why})" if why else _messages.did_you_mean(name, missing))
             )
         listed = len(explained)
         for key in bad[: max(0, _messages.MAX_LISTED - listed)]:
@@ -404,7 +406,7 @@ def _named(
                 if _messages.plain(key) is None
                 else f"{_messages.name(key)} (given twice)"
             )
-        rest = len(unexpected) + len(bad) - len(explained)
+        rest = len(extra) + len(bad) - len(explained)
         more = f", … and {rest:,} more" if rest > 0 else ""
         parts.append(f"unexpected: {', '.join(explained)}{more}")
     return_hint = f"pass exactly the names in {wanted} as {what}={{...}}"
