@@ -28,8 +28,9 @@ def _config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     for key in values:
         if not isinstance(key, str) or not key:
             raise TypeError(
-                "Configuration keys must be non-empty strings (input or node names), got "
-                + _messages.name(key)
+                "Configuration keys must be non-empty strings, got "
+                + (_messages.name(key) if isinstance(key, str) else _messages.type_name(key))
+                + "; key each config value by the input or node name it supplies"
             )
     return values
 
