@@ -70,8 +70,9 @@ def _names(value: object, what: str, *, allow_empty: bool) -> tuple[str, ...]:
     for item in value:
         text = _messages.plain(item)
         if not text:
+            shown = _messages.type_name(item) if text is None else "''"
             raise ValueError(
-                f"{what} must contain nonempty node names (str), got {_messages.name(item)}"
+                f"{what} must contain nonempty node names, got {shown}; names are non-empty str"
             )
         names.append(text)
     if len(set(names)) != len(names):
