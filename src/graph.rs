@@ -144,9 +144,10 @@ impl PyGraph {
     }
 
     fn __contains__(&self, name: &Bound<'_, PyAny>) -> PyResult<bool> {
-        match name.cast::<PyString>() {
-            Ok(s) => Ok(self.core.contains(s.to_str()?)),
-            Err(_) => Ok(false),
+        // A str that is not UTF-8 text (a lone surrogate) names no node.
+        match name.cast::<PyString>().map(|s| s.to_str()) {
+            Ok(Ok(text)) => Ok(self.core.contains(text)),
+            _ => Ok(false),
         }
     }
 
@@ -217,9 +218,9 @@ impl PyPlan {
     }
 
     fn index(&self, name: &Bound<'_, PyAny>) -> PyResult<u32> {
-        let found = match name.cast::<PyString>() {
-            Ok(s) => self.core.index(s.to_str()?),
-            Err(_) => None,
+        let found = match name.cast::<PyString>().map(|s| s.to_str()) {
+            Ok(Ok(text)) => self.core.index(text),
+            _ => None,
         };
         found.ok_or_else(|| PyKeyError::new_err(name.clone().unbind()))
     }

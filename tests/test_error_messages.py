@@ -357,3 +357,13 @@ def test_hostile_target_names_get_the_documented_errors(armed: None, names: list
         message = str(exc)
         message.encode("utf-8")
         assert len(message) < 2_000
+
+
+def test_the_core_reads_a_surrogate_name_as_no_node() -> None:
+    graph = _core.Graph([("a", [], [], _core.Policy(), None)])
+    assert "\udc80" not in graph and "a" in graph
+    with pytest.raises(ValueError, match="Unknown selected node") as caught:
+        graph.select(["\udc80"])
+    assert caught.value._sdax_unknown == "\udc80"  # type: ignore[attr-defined]
+    with pytest.raises(KeyError):
+        graph.select(["a"]).index("\udc80")
