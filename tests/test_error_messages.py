@@ -367,3 +367,19 @@ def test_the_core_reads_a_surrogate_name_as_no_node() -> None:
     assert caught.value._sdax_unknown == "\udc80"  # type: ignore[attr-defined]
     with pytest.raises(KeyError):
         graph.select(["a"]).index("\udc80")
+
+
+def test_a_good_call_builds_no_message(driver: Driver, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sdax_hamilton._messages as messages
+    import sdax_hamilton._plan as plan_module
+
+    def refuse(*_args: object, **_kwargs: object) -> str:
+        raise AssertionError("a message was built for a good call")
+
+    plan = driver.prepare(["count"])
+    overriding = driver.prepare(["count"], override_nodes=["rows"])
+    for helper in ("name", "names", "did_you_mean", "unknown", "plain"):
+        monkeypatch.setattr(messages, helper, refuse)
+    monkeypatch.setattr(plan_module, "_named", refuse)
+    assert run(plan.execute(inputs=dict(GOOD))) == {"count": 3}
+    assert run(overriding.execute(overrides={"rows": [1, 2]})) == {"count": 2}
