@@ -155,6 +155,14 @@ trigger("generator-node")(
 trigger("invalid-default")(
     lambda: Driver(_module("def rows(limit: int = 'ten') -> int:\n    return 1\n"))
 )
+trigger("hamilton-edge")(
+    lambda: Driver(
+        _module(
+            "def rows() -> list[str]:\n    return []\n\n"
+            "def count(rows: list[int]) -> int:\n    return len(rows)\n"
+        )
+    )
+)
 trigger("duplicate-node")(lambda: Driver(_module(UNTIL), _module(UNTIL)))
 
 RELEASE = """

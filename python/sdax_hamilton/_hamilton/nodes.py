@@ -65,7 +65,18 @@ def hamilton_edge_check(by_name: Mapping[str, Generated], config: Mapping[str, A
         for name, item in by_name.items()
         if name not in config
     }
-    hamilton_graph.update_dependencies(checked, adapter_set(), reset_dependencies=False)
+    try:
+        hamilton_graph.update_dependencies(checked, adapter_set(), reset_dependencies=False)
+    except ValueError as exc:
+        # Hamilton's own message ends by proposing a lenient graph adapter, which this
+        # Driver refuses (docs/adapters.md): keep its first line, say what works here.
+        text = str(exc).strip() or "type mismatch"
+        first = text.splitlines()[0].split(" If you believe")[0].strip()
+        raise ValueError(
+            f"Hamilton's edge check failed: {first.removeprefix('Error: ')} — make the "
+            "annotations agree: a parameter must accept what the node of its name returns, "
+            "and parameters naming one input need compatible types"
+        ) from exc
     for node_ in checked.values():
         node_.dependencies.clear()
         node_.depended_on_by.clear()
