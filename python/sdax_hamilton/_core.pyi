@@ -197,7 +197,8 @@ class Graph:
 
         ``replaced`` nodes (config replacements and overrides) are reached but not walked
         and do not run; names in ``replaced`` that are not nodes are ignored. Raises
-        ``ValueError("Unknown selected node: 'x'")`` when a final var is not a node, and
+        ``ValueError("Unknown selected node: 'x'")`` when a final var is not a node (also one
+        that is not UTF-8 text; the name as given is the error's ``_sdax_unknown``), and
         ``ValueError`` naming the nodes of a cycle (``Dependency cycle among nodes: 'a' ->
         'b' -> 'a' ...``). A bare ``str`` for either argument is a ``TypeError``.
         """

@@ -35,7 +35,10 @@ def shutdowns_of(fn: Any) -> tuple[Any, ...]:
 
 def loaded(module: ModuleType) -> None:
     if sys.modules.get(module.__name__) is not module:
-        raise ValueError(f"Declaration module {module.__name__!r} is not loaded")
+        raise ValueError(
+            f"Declaration module {module.__name__!r} is not loaded: import it (so that "
+            "sys.modules holds it) before building the Driver"
+        )
 
 
 def check_defining_module(fn: Any) -> None:
@@ -48,7 +51,8 @@ def check_defining_module(fn: Any) -> None:
     ):
         raise ValueError(
             f"Declaration {origin(fn)} has an ambiguous defining module: it is not "
-            f"retrievable as {getattr(fn, '__module__', '?')}.{name}"
+            f"retrievable as {getattr(fn, '__module__', '?')}.{name}; define it with def "
+            "under its own name in its module"
         )
 
 
