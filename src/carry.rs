@@ -34,6 +34,7 @@ use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::check::Check;
+use crate::seq::items;
 
 /// The opcode of a carried START handed back (outside the core's `Op` range).
 pub(crate) const CARRIED: u8 = 0x80;
@@ -94,15 +95,17 @@ impl CarriedNode {
     fn py_new(
         call: Py<PyAny>,
         name: Py<PyString>,
-        args: Vec<(Py<PyString>, Py<PyString>)>,
+        args: &Bound<'_, PyAny>,
         defaults: Option<Py<PyDict>>,
-        checks: Vec<CheckSpec>,
+        checks: &Bound<'_, PyAny>,
         output_check: Option<(Py<PyAny>, bool)>,
         output_type: Py<PyAny>,
         owned: bool,
         positional: bool,
-    ) -> Self {
-        CarriedNode {
+    ) -> PyResult<Self> {
+        let args = items(args, "CarriedNode: args")?;
+        let checks = items(checks, "CarriedNode: checks")?;
+        Ok(CarriedNode {
             call,
             name,
             args,
@@ -112,7 +115,7 @@ impl CarriedNode {
             output_type,
             owned,
             positional,
-        }
+        })
     }
 
     #[getter]
@@ -159,13 +162,15 @@ impl PyCarrier {
     #[new]
     fn py_new(
         py: Python<'_>,
-        nodes: Vec<PyRef<'_, CarriedNode>>,
-        releases: Vec<Option<Py<PyAny>>>,
+        nodes: &Bound<'_, PyAny>,
+        releases: &Bound<'_, PyAny>,
         acquisition: Py<PyAny>,
         isawaitable: Py<PyAny>,
         coroutine_type: Py<PyAny>,
         monotonic: Py<PyAny>,
     ) -> PyResult<Self> {
+        let nodes: Vec<PyRef<'_, CarriedNode>> = items(nodes, "Carrier: nodes")?;
+        let releases: Vec<Option<Py<PyAny>>> = items(releases, "Carrier: releases")?;
         if releases.len() != nodes.len() {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "Carrier: {} nodes but {} release entries",
@@ -176,7 +181,7 @@ impl PyCarrier {
         let nodes = nodes
             .into_iter()
             .map(|spec| NodeCall::new(py, &spec))
-            .collect();
+            .collect::<PyResult<_>>()?;
         Ok(PyCarrier {
             nodes,
             releases,
@@ -401,7 +406,7 @@ fn step<'py>(coro: &Bound<'py, PyAny>) -> PyResult<Result<Bound<'py, PyAny>, Bou
 }
 
 impl NodeCall {
-    fn new(py: Python<'_>, spec: &CarriedNode) -> Self {
+    fn new(py: Python<'_>, spec: &CarriedNode) -> PyResult<Self> {
         let args: Vec<(Py<PyString>, Py<PyString>)> = spec
             .args
             .iter()
@@ -426,18 +431,26 @@ impl NodeCall {
         // Positionally: each check's keyword must be one of the arguments (it is, when
         // nothing comes from defaults); otherwise the keyword dictionary is built.
         let positional = if positional && defaults.is_none() {
-            checks
-                .iter()
-                .map(|(keyword, _)| {
-                    let keyword = keyword.bind(py);
-                    args.iter()
-                        .position(|(k, _)| k.bind(py).as_any().eq(keyword).unwrap_or(false))
-                })
-                .collect()
+            let mut indexes = Vec::with_capacity(checks.len());
+            for (keyword, _) in &checks {
+                let keyword = keyword.bind(py);
+                let mut found = None;
+                for (i, (k, _)) in args.iter().enumerate() {
+                    if k.bind(py).as_any().eq(keyword)? {
+                        found = Some(i);
+                        break;
+                    }
+                }
+                match found {
+                    Some(i) => indexes.push(i),
+                    None => break,
+                }
+            }
+            (indexes.len() == checks.len()).then_some(indexes)
         } else {
             None
         };
-        NodeCall {
+        Ok(NodeCall {
             call: spec.call.clone_ref(py),
             name: spec.name.clone_ref(py),
             args,
@@ -447,7 +460,7 @@ impl NodeCall {
             output_type: spec.output_type.clone_ref(py),
             owned: spec.owned,
             positional,
-        }
+        })
     }
 
     /// The keyword arguments of the first attempt, read from the run's values and
