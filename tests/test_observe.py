@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,7 +102,7 @@ async def test_a_chain_emits_start_and_success_per_node_in_causal_order() -> Non
     assert events[0].nodes == ("a", "b")
     assert all(e.nodes == () for e in events[1:])
     assert all(e.error is None and e.delay is None for e in events)
-    assert len({e.run for e in events}) == 1 and events[0].run > 0
+    assert len({e.run for e in events}) == 1 and uuid.UUID(events[0].run).version == 4
     times = [e.time for e in events]
     assert times == sorted(times)
     loop_now = asyncio.get_running_loop().time()

@@ -13,7 +13,8 @@ span ``sdax_hamilton.run`` (a child of the span current where the run was opened
 it one span per node attempt (named after the node) and one per release attempt
 (``release <node>``).
 
-Attributes: ``sdax_hamilton.node``, ``sdax_hamilton.attempt`` (1-based),
+The run span has ``sdax_hamilton.run_id``, the id the run's log records and events carry.
+Attributes of attempt spans: ``sdax_hamilton.node``, ``sdax_hamilton.attempt`` (1-based),
 ``sdax_hamilton.release`` (bool), ``sdax_hamilton.outcome`` (``succeeded``, ``failed``,
 ``timed_out`` or ``cancelled``) and, for a failure, ``error.type`` (the exception's
 qualified class name) with span status ``ERROR``. Exceptions are recorded by type only: an
@@ -96,7 +97,7 @@ class SpanObserver:
 
     def __init__(self, tracer: Tracer | None = None) -> None:
         self._tracer = tracer if tracer is not None else trace.get_tracer("sdax_hamilton")
-        self._runs: dict[int, _Run] = {}
+        self._runs: dict[str, _Run] = {}
 
     def __call__(self, event: RunEvent) -> None:
         kind = event.kind
@@ -131,7 +132,10 @@ class SpanObserver:
         """The run's record; its span only when the observer saw the run start."""
         if event.kind != "run_started":
             return _Run(None, None)
-        attributes: dict[str, str | int | float | bool] = {_PREFIX + "nodes": len(event.nodes)}
+        attributes: dict[str, str | int | float | bool] = {
+            _PREFIX + "nodes": len(event.nodes),
+            _PREFIX + "run_id": event.run,
+        }
         if event.deadline is not None:
             attributes[_PREFIX + "timeout"] = event.deadline - event.time
         span = self._tracer.start_span("sdax_hamilton.run", attributes=attributes)
