@@ -39,8 +39,9 @@ opened in, not of these attempt spans (an observer cannot enter a node's context
 from __future__ import annotations
 
 import asyncio
+import inspect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 try:
     from opentelemetry import metrics, trace
@@ -53,7 +54,7 @@ except ImportError as missing:  # pragma: no cover - exercised with the package 
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
-    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.metrics import Histogram, Meter, MeterProvider
     from opentelemetry.trace import Span, Tracer
 
     from .._observe import RunEvent
@@ -239,6 +240,39 @@ class _RunCalls:
         self.calls: dict[tuple[str, bool], _Call] = {}
 
 
+# Bucket boundaries in seconds (OpenTelemetry's semantic conventions for durations); the SDK's
+# default ones (0 to 10000) suit milliseconds.
+_SECONDS_BUCKETS: Final = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1,
+    2.5,
+    5,
+    7.5,
+    10,
+)
+
+
+def _seconds_histogram(meter: Meter, name: str, description: str) -> Histogram:
+    """A histogram in seconds, with bucket boundaries advised when the API can (1.23+)."""
+    create = meter.create_histogram
+    if "explicit_bucket_boundaries_advisory" in inspect.signature(create).parameters:
+        return create(
+            name,
+            unit="s",
+            description=description,
+            explicit_bucket_boundaries_advisory=list(_SECONDS_BUCKETS),
+        )
+    return create(name, unit="s", description=description)  # pragma: no cover - older API
+
+
 class MetricsObserver:
     """An observer (``observer=MetricsObserver()``) recording OpenTelemetry metrics.
 
@@ -288,8 +322,8 @@ class MetricsObserver:
         self._attempts = meter.create_counter(
             _PREFIX + "attempts", unit="{attempt}", description="Attempts of node and release calls"
         )
-        self._attempt_duration = meter.create_histogram(
-            _PREFIX + "attempt.duration", unit="s", description="Duration of each attempt"
+        self._attempt_duration = _seconds_histogram(
+            meter, _PREFIX + "attempt.duration", "Duration of each attempt"
         )
         self._retries = meter.create_counter(
             _PREFIX + "retries", unit="{retry}", description="Retry waits scheduled"
@@ -308,10 +342,8 @@ class MetricsObserver:
         self._runs = meter.create_counter(
             _PREFIX + "runs", unit="{run}", description="Runs that finished"
         )
-        self._run_duration = meter.create_histogram(
-            _PREFIX + "run.duration",
-            unit="s",
-            description="Duration of each run, releases included",
+        self._run_duration = _seconds_histogram(
+            meter, _PREFIX + "run.duration", "Duration of each run, releases included"
         )
         self._runs_seen: dict[str, _RunCalls] = {}
 
