@@ -12,6 +12,8 @@ the report keeps exception *type* names only.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
@@ -124,8 +126,28 @@ Observer: TypeAlias = Callable[[RunEvent], object]
 
 
 def new_run_id() -> str:
-    """A fresh run id: a random UUID, unique across processes as a service's logs need."""
-    return str(uuid.uuid4())
+    """A fresh run id, unique across processes as a service's logs need: a UUID string (its
+    version 4) whose first 74 bits are random per process and last 48 count the process's
+    runs. ``uuid.uuid4()`` per run would cost a system call (micro-seconds) each time."""
+    return f"{_run_ids.head}{next(_run_ids.count):012x}"
+
+
+class _RunIds:
+    """The random part of this process's run ids and their counter."""
+
+    __slots__ = ("count", "head")
+
+    def __init__(self) -> None:
+        self.renew()
+
+    def renew(self) -> None:
+        self.head = str(uuid.uuid4())[:24]  # "xxxxxxxx-xxxx-4xxx-yxxx-"
+        self.count = itertools.count()
+
+
+_run_ids = _RunIds()
+# A forked worker (a pre-forking server's) must not repeat its parent's ids.
+os.register_at_fork(after_in_child=_run_ids.renew)
 
 
 GIVEN_RUN_ID: ContextVar[str | None] = ContextVar("sdax_hamilton_given_run_id", default=None)
