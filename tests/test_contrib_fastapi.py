@@ -4,6 +4,8 @@ under a real uvicorn is tests/test_web_service.py's.
 No ``from __future__ import annotations``: FastAPI reads the handlers' annotations, which
 name local dependencies."""
 
+import importlib
+import sys
 from typing import Annotated, Any
 
 import httpx
@@ -61,3 +63,16 @@ def test_misuses_are_refused_early(make_module: Any) -> None:
 
     with pytest.raises(ValueError, match="positive"):
         run_values(the_plan, dict, timeout=0)
+
+
+def test_importing_without_fastapi_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name in list(sys.modules):
+        if name in ("fastapi", "starlette") or name.startswith(("fastapi.", "starlette.")):
+            monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "fastapi", None)
+    monkeypatch.delitem(sys.modules, "sdax_hamilton.contrib.fastapi", raising=False)
+    with pytest.raises(ImportError, match=r"sdax-hamilton\[fastapi\]") as info:
+        importlib.import_module("sdax_hamilton.contrib.fastapi")
+    assert isinstance(info.value.__cause__, ImportError)
