@@ -56,7 +56,8 @@ class Reporter:
     one. Every other call is made whenever its moment happens (failures, retries,
     timeouts: they log).
 
-    An observer's ``Exception`` (or ``CancelledError``) is logged and ignored. A
+    An observer's ``Exception`` (or ``CancelledError``) is logged (once per observer and
+    run, the rest counted) and ignored. A
     ``KeyboardInterrupt`` / ``SystemExit`` is logged and handed to ``on_termination``,
     which stops the run like the same exception out of a node would.
     """
@@ -68,6 +69,7 @@ class Reporter:
         "_nodes",
         "_observers",
         "_on_termination",
+        "_raised",
         "_run_id",
     )
 
@@ -89,6 +91,8 @@ class Reporter:
         # otherwise, on first use: a run nobody watches and that does not fail makes none.
         self._run_id = run_id if run_id is not None else new_run_id()
         self._debug = logger.isEnabledFor(logging.DEBUG)
+        # Observers that raised in this run: name and how many times (one record each).
+        self._raised: dict[int, tuple[str, int]] | None = None
 
     @staticmethod
     def wants_attempts(observers: tuple[Observer, ...] | None) -> bool:
@@ -134,6 +138,15 @@ class Reporter:
         """Everything is released (or the driver gave up); ``error`` is what the run raises."""
         if self._observers is not None:
             self._emit("run_finished", "", 0, error=error)
+        if self._raised is not None:
+            for name, times in self._raised.values():
+                if times > 1:
+                    logger.error(
+                        "observer %s raised %d more times in this run; ignored",
+                        name,
+                        times - 1,
+                        extra=self._whole(),
+                    )
 
     # ---------------------------------------------------------------- attempts
 
@@ -364,8 +377,17 @@ class Reporter:
                 self._observer_raised(observer, event, exc)
 
     def _observer_raised(self, observer: Observer, event: RunEvent, exc: BaseException) -> None:
+        """Log an observer's exception once per observer and run (with its traceback); later
+        ones are counted and summed up when the run finishes: one misuse, one record."""
         termination = isinstance(exc, _TERMINATION)
         name = getattr(observer, "__qualname__", None) or type(observer).__qualname__
+        raised = self._raised
+        if raised is None:
+            raised = self._raised = {}
+        _, times = raised.get(id(observer), (name, 0))
+        raised[id(observer)] = (name, times + 1)
+        if times and not termination:
+            return
         subject = f" of {event.node!r}" if event.node else ""
         logger.error(
             "observer %s raised %s on the %s event%s; %s",
