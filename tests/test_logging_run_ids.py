@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 import pytest
-from hamilton.lifecycle import GraphExecutionHook
+from hamilton.lifecycle import GraphExecutionHook, NodeExecutionHook
 
 from sdax_hamilton import Driver, ExecutionError, RunReport
 from sdax_hamilton.testing import instant_retries
@@ -160,3 +160,35 @@ async def test_a_run_opened_inside_a_node_has_an_id_of_its_own(make_module: Any)
     assert await plan.execute(observer=outer) == {"outer_node": 1}
     assert hooks.before == [outer.run_id]
     assert inner.run_id is not None and inner.run_id != outer.run_id
+
+
+class Broken(NodeExecutionHook, GraphExecutionHook):  # type: ignore[misc]
+    """Raises in every hook: each failure is logged (and ignored) with the run's id."""
+
+    def run_before_node_execution(self, **kwargs: Any) -> None:
+        raise RuntimeError("node hook bug")
+
+    def run_after_node_execution(self, **kwargs: Any) -> None:
+        pass
+
+    def run_before_graph_execution(self, **kwargs: Any) -> None:
+        raise RuntimeError("graph hook bug")
+
+    def run_after_graph_execution(self, **kwargs: Any) -> None:
+        pass
+
+
+async def test_records_of_adapter_hooks_that_raise_carry_the_run_id_and_node(
+    make_module: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    plan = Driver(make_module(GRAPH), adapters=[Broken()]).prepare(["total"])
+    report = RunReport()
+    with caplog.at_level(logging.ERROR, logger="sdax_hamilton"):
+        await plan.execute(inputs={"case": 1, "attempts": {}}, observer=report)
+    hooks = [r for r in caplog.records if "adapter" in r.getMessage()]
+    assert {(r.__dict__["run_id"], r.__dict__["node"]) for r in hooks} == {
+        (report.run_id, None),  # the graph hook
+        (report.run_id, "conn"),
+        (report.run_id, "fetch"),
+        (report.run_id, "total"),
+    }
