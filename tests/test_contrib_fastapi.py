@@ -1,5 +1,6 @@
-"""sdax_hamilton.contrib.fastapi outside a server: what a misuse says. The helpers' behaviour
-under a real uvicorn is tests/test_web_service.py's.
+"""sdax_hamilton.contrib.fastapi in process (httpx's ASGI transport): what a misuse says,
+and run_values' order of run, handler and releases. The helpers under a real uvicorn, with
+clients that leave: tests/test_web_service.py.
 
 No ``from __future__ import annotations``: FastAPI reads the handlers' annotations, which
 name local dependencies."""
@@ -11,8 +12,9 @@ from typing import Annotated, Any
 import httpx
 import pytest
 from fastapi import Depends, FastAPI
+from fastapi.responses import JSONResponse
 
-from sdax_hamilton import Driver, PreparedPlan
+from sdax_hamilton import Driver, ExecutionError, PreparedPlan
 from sdax_hamilton.contrib.fastapi import Startup, run_values
 
 
@@ -76,3 +78,65 @@ def test_importing_without_fastapi_names_the_extra_to_install(
     with pytest.raises(ImportError, match=r"sdax-hamilton\[fastapi\]") as info:
         importlib.import_module("sdax_hamilton.contrib.fastapi")
     assert isinstance(info.value.__cause__, ImportError)
+
+
+RESOURCE = """
+from sdax_hamilton import Acquisition, shutdown
+
+
+class Handle:
+    def __init__(self, log: list) -> None:
+        self.log = log
+        log.append("opened")
+
+
+def handle(log: list) -> Handle:
+    return Handle(log)
+
+
+@shutdown(of=handle)
+def close(acquired: Acquisition[Handle]) -> None:
+    acquired.value.log.append("closed")
+
+
+def price(handle: Handle, item: str) -> float:
+    if item == "caviar":
+        raise LookupError(item)
+    handle.log.append("priced")
+    return 2.5
+"""
+
+
+async def test_run_values_yields_the_outputs_and_releases_after_the_handler(
+    make_module: Any,
+) -> None:
+    log: list[str] = []
+    plan = Driver(make_module(RESOURCE)).prepare(["handle", "price"])
+
+    def the_plan() -> PreparedPlan:
+        return plan
+
+    def inputs(item: str) -> dict[str, Any]:
+        return {"item": item, "log": log}
+
+    app = FastAPI()
+
+    @app.exception_handler(ExecutionError)
+    async def failed(request: Any, error: ExecutionError) -> JSONResponse:
+        return JSONResponse({"failed": [type(e).__name__ for e in error.exceptions]}, 404)
+
+    @app.get("/price/{item}")
+    async def price(
+        values: Annotated[dict[str, Any], Depends(run_values(the_plan, inputs))],
+    ) -> float:
+        assert log[-1] == "priced"  # the run's resource is still open in the handler
+        value: float = values["price"]
+        return value
+
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+        assert (await client.get("/price/apple")).json() == 2.5
+        assert log == ["opened", "priced", "closed"]
+        response = await client.get("/price/caviar")
+    assert (response.status_code, response.json()) == (404, {"failed": ["LookupError"]})
+    assert log == ["opened", "priced", "closed", "opened", "closed"]
