@@ -245,7 +245,11 @@ async def test_the_runs_metrics_are_scraped_as_prometheus_text_and_a_dependency_
         assert (await client.get("/price/caviar", params={"request_id": "m-x"})).status_code == 404
         response = await client.get("/unit/cheese", params={"request_id": "dep"})
         assert response.json() == {"item": "cheese", "unit_price": 7.0, "request_id": "dep"}
-        ledger = await settled(client)
+        # the dependency's run is released once the response is sent: wait for it
+        deadline = time.monotonic() + 30.0
+        while "dep" not in (ledger := await settled(client))["closed"]:
+            assert time.monotonic() < deadline, f"the dependency's session never closed: {ledger}"
+            await asyncio.sleep(0.02)
         assert set(released_once(ledger)) == {"m-0", "m-1", "m-2", "m-x", "dep"}
 
         response = await client.get("/metrics")
