@@ -15,8 +15,11 @@ import shutil
 from collections.abc import Mapping
 from typing import Any
 
-import maturin
-from maturin import build_sdist, get_requires_for_build_sdist
+import maturin  # type: ignore[import-untyped, unused-ignore]
+from maturin import (  # type: ignore[import-untyped, unused-ignore]
+    build_sdist,
+    get_requires_for_build_sdist,
+)
 
 __all__ = [
     "build_editable",

@@ -12,7 +12,10 @@ import re
 from typing import Any
 
 import pytest
-from hamilton.lifecycle import GraphExecutionHook, NodeExecutionHook
+from hamilton.lifecycle import (  # type: ignore[import-untyped, unused-ignore]
+    GraphExecutionHook,
+    NodeExecutionHook,
+)
 
 from sdax_hamilton import Driver, ExecutionError, RunReport
 from sdax_hamilton.testing import instant_retries
@@ -79,7 +82,7 @@ async def test_every_record_of_100_concurrent_runs_carries_its_run_id_and_node(
     nodes = {"conn", "fetch", "total"}
     started: collections.Counter[str] = collections.Counter()
     for record in records:
-        run_id = record.__dict__.get("run_id")
+        run_id: str = record.__dict__.get("run_id", "missing")
         node = record.__dict__.get("node", "missing")
         assert run_id in by_run, record.getMessage()
         assert node is None or node in nodes, (node, record.getMessage())
@@ -88,10 +91,10 @@ async def test_every_record_of_100_concurrent_runs_carries_its_run_id_and_node(
         if re.search(r"attempt \d+ started", record.getMessage()):
             started[run_id] += 1
     # every attempt a report saw was logged under that report's run id, and no other
-    for run_id, report in by_run.items():
+    for report in reports:
         calls = sum(n.attempts for n in report.nodes.values())
         calls += sum(r.attempts for r in report.releases.values())
-        assert started[run_id] == calls, (run_id, report.format())
+        assert started[str(report.run_id)] == calls, report.format()
     # the failures are logged under the failed run's id and node
     failed = {
         (r.__dict__["run_id"], r.__dict__["node"]) for r in records if r.levelno == logging.ERROR
@@ -149,7 +152,8 @@ async def test_a_run_opened_inside_a_node_has_an_id_of_its_own(make_module: Any)
     inner = RunReport()
 
     async def outer_node() -> int:
-        return (await inner_plan.execute(observer=inner))["leaf"]
+        value: int = (await inner_plan.execute(observer=inner))["leaf"]
+        return value
 
     outer_module = make_module("")
     outer_module.outer_node = outer_node
