@@ -8,7 +8,7 @@ new tasks), and nothing outside it. Runs opened before the block keep their sett
 
 ::
 
-    from sdax_hamilton.testing import instant_retries, jitter_seed
+    from sdax_hamilton.testing import instant_retries, jitter_seed, retry_waits
 
     with instant_retries():
         await plan.execute(inputs=...)  # same attempts, no retry waits
@@ -18,6 +18,7 @@ new tasks), and nothing outside it. Runs opened before the block keep their sett
         with instant_retries():
             yield
 
+:func:`retry_waits` gives the bounds of the waits a node's policy would have made.
 :func:`assert_all_released` is an observer that checks, when its block ends, that every
 resource the observed runs acquired was released::
 
@@ -28,6 +29,7 @@ resource the observed runs acquired was released::
 from __future__ import annotations
 
 import contextlib
+import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -38,7 +40,7 @@ from ._observe import RunEvent
 if TYPE_CHECKING:
     from ._plan import PreparedPlan
 
-__all__ = ["ReleaseCheck", "assert_all_released", "instant_retries", "jitter_seed"]
+__all__ = ["ReleaseCheck", "assert_all_released", "instant_retries", "jitter_seed", "retry_waits"]
 
 
 @contextlib.contextmanager
@@ -76,6 +78,36 @@ def instant_retries(enabled: bool = True) -> Iterator[None]:
         yield
     finally:
         INSTANT_RETRIES.reset(token)
+
+
+def retry_waits(
+    plan: PreparedPlan, node: str, *, release: bool = False
+) -> tuple[tuple[float, float], ...]:
+    """The bounds ``(low, high)``, in seconds, of each retry wait of ``node`` (of its
+    release with ``release=True``), one pair per retry its policy allows.
+
+    The core computes them from the policy (``initial_delay``, ``backoff_factor``,
+    ``max_delay``; a jittered wait lies between half and all of the backoff), as it does
+    for a run. With :func:`instant_retries` a test skips the waits; this says what they
+    would have been, so the test can check the policy itself without waiting. A wait a
+    ``retry_after`` hook gives, or a run's timeout, replaces or cuts the wait of a run.
+    """
+    specs = {spec.name: spec for spec in plan._program.specs}
+    spec = specs.get(node)
+    if spec is None:
+        close = difflib.get_close_matches(node, specs, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; its nodes: {sorted(specs)}"
+        raise ValueError(f"retry_waits(): the plan has no node {node!r}{hint}")
+    if release:
+        if spec.release is None:
+            raise ValueError(
+                f"retry_waits(): node {node!r} has no release; "
+                "leave out release=True for the node's own retries"
+            )
+        policy = spec.release.policy
+    else:
+        policy = spec.policy
+    return tuple(policy.delay_bounds(retry) for retry in range(policy.retries))
 
 
 _UNRELEASED = {
