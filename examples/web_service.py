@@ -38,16 +38,18 @@ from sdax_hamilton.contrib.fastapi import (
 )
 from sdax_hamilton.contrib.opentelemetry import MetricsObserver
 
+# The runs' metrics, served at /metrics from Prometheus' default registry (one per process).
+metrics_observer = MetricsObserver(MeterProvider(metric_readers=[PrometheusMetricReader()]))
+
 
 class Service:
-    """What the service builds once, at startup: the plans, the metrics, the ledger."""
+    """What the service builds once, at startup: the plans, the ledger."""
 
     def __init__(self) -> None:
         driver = Driver(web_graph)  # compiles the module once
         self.price_plan: PreparedPlan = driver.prepare(["total"])
         self.rows_plan: PreparedPlan = driver.prepare(["session", "unit_price"])
-        # Every run reports to one observer; the reader serves Prometheus' default registry.
-        self.metrics = MetricsObserver(MeterProvider(metric_readers=[PrometheusMetricReader()]))
+        self.metrics = metrics_observer  # every run reports to it
         self.ledger = web_graph.Ledger()
         self.in_flight = 0
         self.clients_left = 0
@@ -118,7 +120,10 @@ def rows_plan(service: Served) -> PreparedPlan:
 
 @app.get("/unit/{item}")
 async def unit(
-    item: str, values: Annotated[dict[str, Any], Depends(run_values(rows_plan, unit_inputs))]
+    item: str,
+    values: Annotated[
+        dict[str, Any], Depends(run_values(rows_plan, unit_inputs, observer=metrics_observer))
+    ],
 ) -> dict[str, Any]:
     session: web_graph.Session = values["session"]  # released after the response is sent
     return {"item": item, "unit_price": values["unit_price"], "request_id": session.request_id}

@@ -263,15 +263,15 @@ async def test_the_runs_metrics_are_scraped_as_prometheus_text_and_a_dependency_
         )
         return sum(v for (n, have), v in scraped.items() if n == name and wanted <= have)
 
-    assert value("sdax_hamilton_runs_total", outcome="succeeded") == 3
+    assert value("sdax_hamilton_runs_total", outcome="succeeded") == 4  # /unit too
     assert value("sdax_hamilton_runs_total", outcome="failed") == 1
     # caviar has no price: unit_price fails once (a LookupError is not retried)
     assert value("sdax_hamilton_attempts_total", node="unit_price", outcome="failed") == 1
     assert value("sdax_hamilton_failures_total", node="unit_price", error_type="LookupError") == 1
     assert value("sdax_hamilton_attempts_total", node="total", outcome="succeeded") == 3
-    assert value("sdax_hamilton_releases_total", node="session", outcome="succeeded") == 4
-    assert value("sdax_hamilton_run_duration_seconds_count") == 4
-    assert value("sdax_hamilton_attempt_duration_seconds_count", node="session") == 8
+    assert value("sdax_hamilton_releases_total", node="session", outcome="succeeded") == 5
+    assert value("sdax_hamilton_run_duration_seconds_count") == 5
+    assert value("sdax_hamilton_attempt_duration_seconds_count", node="session") == 10
     # seconds buckets: every attempt here took less than a second
     assert value("sdax_hamilton_attempt_duration_seconds_bucket", le="1") == value(
         "sdax_hamilton_attempt_duration_seconds_count"

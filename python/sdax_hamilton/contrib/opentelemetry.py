@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -219,6 +220,11 @@ _OUTCOME = _PREFIX + "outcome"
 
 _Attributes = dict[str, str | bool]
 
+# Durations are read from this clock when each event arrives (events are emitted as their
+# moment happens): ``RunEvent.time`` is the loop's clock, which uvloop keeps in whole
+# milliseconds, too coarse for attempts that take microseconds.
+_clock: Final = time.perf_counter
+
 
 class _Call:
     """One node's (or one release's) calls within one run, as the metrics need them."""
@@ -298,8 +304,9 @@ class MetricsObserver:
       (histogram, ``s``): finished runs, with ``sdax_hamilton.outcome`` (``succeeded``,
       ``failed``, ``cancelled``).
 
-    Attributes name nodes and exception types only, never values (they may hold secrets),
-    so the series stay as few as the graph's nodes.
+    Durations are ``time.perf_counter()`` differences between the events. Attributes name
+    nodes and exception types only, never values (they may hold secrets), so the series
+    stay as few as the graph's nodes.
     """
 
     __slots__ = (
@@ -352,7 +359,7 @@ class MetricsObserver:
         run = self._runs_seen.get(event.run)
         if run is None:
             run = self._runs_seen[event.run] = _RunCalls(
-                event.time if kind == "run_started" else None
+                _clock() if kind == "run_started" else None
             )
         if kind == "run_started" or kind == "shutdown_started":
             return
@@ -365,7 +372,7 @@ class MetricsObserver:
         if call is None:
             call = run.calls[key] = _Call()
         if kind == "attempt_started" or kind == "release_started":
-            call.started = event.time
+            call.started = _clock()
             call.timed_out = False
             call.failed = False
         elif kind in _END_OUTCOME:
@@ -391,7 +398,7 @@ class MetricsObserver:
         attributes: _Attributes = {_NODE: event.node, _RELEASE: release, _OUTCOME: outcome}
         self._attempts.add(1, attributes)
         if call.started is not None:
-            self._attempt_duration.record(max(event.time - call.started, 0.0), attributes)
+            self._attempt_duration.record(max(_clock() - call.started, 0.0), attributes)
             call.started = None
         call.timed_out = False
 
@@ -415,4 +422,4 @@ class MetricsObserver:
             outcome = "failed"
         self._runs.add(1, {_OUTCOME: outcome})
         if run.started is not None:
-            self._run_duration.record(max(event.time - run.started, 0.0), {_OUTCOME: outcome})
+            self._run_duration.record(max(_clock() - run.started, 0.0), {_OUTCOME: outcome})
