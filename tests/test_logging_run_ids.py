@@ -196,3 +196,23 @@ async def test_records_of_adapter_hooks_that_raise_carry_the_run_id_and_node(
         (report.run_id, "fetch"),
         (report.run_id, "total"),
     }
+
+
+async def test_a_timeout_cut_short_by_the_run_is_logged_to_the_millisecond(
+    make_module: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    module = make_module(
+        "import asyncio\n\nasync def hangs() -> int:\n    await asyncio.sleep(60)\n    return 1\n"
+    )
+    plan = Driver(module).prepare(["hangs"])
+    with caplog.at_level(logging.WARNING, logger="sdax_hamilton"):
+        with pytest.raises(ExecutionError):
+            await plan.execute(timeout=0.0123456789)
+    [record] = [r for r in caplog.records if "timed out after" in r.getMessage()]
+    # the attempt's timeout is the run's time left, an arbitrary float: shown rounded
+    assert re.fullmatch(
+        r"node 'hangs': attempt 1 timed out after 0\.0\d{1,2} s \(cut short by the run's "
+        r"timeout\); waiting for it to finish",
+        record.getMessage(),
+    ), record.getMessage()
+    assert record.__dict__["node"] == "hangs"

@@ -37,8 +37,10 @@ def plural(count: int) -> str:
 
 
 def seconds(value: float) -> str:
-    """A duration for a log line: three significant digits (``0.01``, ``0.000913``, ``2.5``)."""
-    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
+    """A duration for a log line, to the millisecond (``0.01``, ``0.001``, ``2.5``, ``30``);
+    one significant digit below that (``0.0004``)."""
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return f"{value:.1g}" if text == "0" and value > 0 else text
 
 
 class Reporter:
