@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import importlib
+import os
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -74,10 +75,9 @@ class SdaxRunner:
 
 
 def _rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    """Resident set size: ``/proc/self/statm``'s resident pages (Linux)."""
+    resident = int(Path("/proc/self/statm").read_text().split()[1])
+    return resident * os.sysconf("SC_PAGE_SIZE")
 
 
 async def _hold_open(plan: Any, inputs: dict[str, Any], n: int, probe: Callable[[], int]) -> int:
@@ -93,7 +93,8 @@ async def _hold_open(plan: Any, inputs: dict[str, Any], n: int, probe: Callable[
 
 
 async def memory_per_open(plan: Any, inputs: dict[str, Any], n: int) -> dict[str, float]:
-    """Per open plan: tracemalloc delta (Python heap) and RSS delta (includes native heaps).
+    """Per open plan: RSS delta (includes native heaps), tracemalloc delta (Python heap) and
+    the objects the cyclic collector tracks.
 
     Run in a fresh process: the RSS pass comes first, before the interpreter's pools have
     grown, and without tracemalloc (whose own bookkeeping would inflate RSS).
@@ -107,4 +108,5 @@ async def memory_per_open(plan: Any, inputs: dict[str, Any], n: int) -> dict[str
         traced = await _hold_open(plan, inputs, n, lambda: tracemalloc.get_traced_memory()[0])
     finally:
         tracemalloc.stop()
-    return {"tracemalloc_bytes": traced / n, "rss_bytes": rss / n}
+    objects = await _hold_open(plan, inputs, n, lambda: len(gc.get_objects()))
+    return {"tracemalloc_bytes": traced / n, "rss_bytes": rss / n, "gc_objects": objects / n}

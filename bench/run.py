@@ -585,6 +585,9 @@ class Suite:
             value = mem["tracemalloc_bytes"] / 1024
             ok = value <= 80
             add("memory per open plan, resources 50 (tracemalloc)", value, 80.0, ok, "KB <=")
+        if mem and "rss_bytes" in mem:  # the target is on RSS (bench/open_memory.py)
+            value = mem["rss_bytes"] / 1024
+            add("memory per open plan, resources 50 (RSS)", value, 80.0, value <= 80, "KB <=")
         big = self.out.get("big_chain", {}).get("ours")
         if big is not None:
             ok = bool(big.get("ok"))

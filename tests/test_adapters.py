@@ -675,14 +675,17 @@ async def test_a_run_cancelled_in_a_pre_graph_hook_still_closes_the_graph_hooks(
     graph: Any,
 ) -> None:
     first = Recorder()
+    inside = asyncio.Event()
 
     class Slow(lifecycle_base.BasePreGraphExecuteAsync):
         async def pre_graph_execute(self, **kwargs: Any) -> None:
+            inside.set()
             await asyncio.sleep(30)
 
     plan = Driver(graph, adapters=[first, Slow()]).prepare(["total"])
     task = asyncio.ensure_future(plan.execute(inputs={"x": 1}))
-    await asyncio.sleep(0.05)
+    async with asyncio.timeout(5):
+        await inside.wait()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

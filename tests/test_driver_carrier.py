@@ -316,8 +316,10 @@ async def test_a_caller_cancellation_reaches_a_handed_back_node_once(make_module
         SOURCE
         + """
 
-CANCELS: list[int] = []
+CANCELS: list[str] = []
 STARTED = asyncio.Event()
+DRAINING = asyncio.Event()
+DRAIN = asyncio.Event()
 
 
 async def hangs(query: str) -> int:
@@ -325,21 +327,28 @@ async def hangs(query: str) -> int:
     try:
         await asyncio.sleep(10)
     except asyncio.CancelledError:
-        CANCELS.append(1)
-        await asyncio.sleep(0.01)  # drains while the caller is cancelled again
+        CANCELS.append("cancelled")
+        DRAINING.set()
+        await DRAIN.wait()  # drains while the caller is cancelled again
+        CANCELS.append("drained")
         raise
     return 1
 """
     )
     plan = Driver(module).prepare(["hangs"])
     runner = asyncio.ensure_future(plan.execute(inputs=INPUTS))
-    await module.STARTED.wait()
-    for _ in range(3):
+    async with asyncio.timeout(5):
+        await module.STARTED.wait()
+        runner.cancel()
+        await module.DRAINING.wait()
+    for _ in range(2):
         runner.cancel()
         await asyncio.sleep(0)
+    assert not runner.done()  # the run waits for the node to drain
+    module.DRAIN.set()
     with pytest.raises(asyncio.CancelledError):
         await runner
-    assert module.CANCELS == [1]
+    assert module.CANCELS == ["cancelled", "drained"]
     assert module.LOG == [("close_txn", "db/txn"), ("close_conn", "db", True)]
 
 

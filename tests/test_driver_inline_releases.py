@@ -159,6 +159,8 @@ async def test_execute_repeated_cancels_during_cleanup_never_abandon_a_release()
 
 async def test_execute_passes_the_first_forward_cancel_on_once_then_releases() -> None:
     querying = asyncio.Event()
+    draining = asyncio.Event()
+    drain = asyncio.Event()
     journal: list[str] = []
 
     async def conn() -> Conn:
@@ -170,7 +172,9 @@ async def test_execute_passes_the_first_forward_cancel_on_once_then_releases() -
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             journal.append("query cancelled")
-            await asyncio.sleep(0.01)  # drains while the caller is cancelled again
+            draining.set()
+            await drain.wait()  # drains while the caller is cancelled again
+            journal.append("query drained")
             raise
         return 1
 
@@ -183,8 +187,11 @@ async def test_execute_passes_the_first_forward_cancel_on_once_then_releases() -
         runner = Runner(lambda: _execute(nodes, ["query"]))
         await started(querying)
         runner.task.cancel()
-        await yield_a_few()
+        await started(draining)
         runner.task.cancel()
+        await yield_a_few()  # the second cancel has reached the run, not the query
+        assert not runner.task.done()  # the run waits for the query to drain
+        drain.set()
         raised = await runner.outcome()
-    assert journal == ["query cancelled", "close"]
+    assert journal == ["query cancelled", "query drained", "close"]
     assert isinstance(raised, asyncio.CancelledError)

@@ -24,6 +24,10 @@ import asyncio
 
 from sdax_hamilton import Acquisition, execution, shutdown
 
+HANGING = asyncio.Event()
+RELEASING = asyncio.Event()
+IN_BODY = asyncio.Event()
+
 
 class Conn:
     pass
@@ -76,6 +80,7 @@ async def sibling(conn: Conn) -> int:
 
 
 async def hang(conn: Conn) -> int:
+    HANGING.set()
     await asyncio.sleep(10)
     return 1
 
@@ -99,6 +104,7 @@ async def slow_release_owner() -> Conn:
 
 @shutdown(of=slow_release_owner)
 async def close_slowly(acquired: Acquisition[Conn]) -> None:
+    RELEASING.set()
     await asyncio.sleep(0.01)
     raise OSError("slow release failed")
 
@@ -130,9 +136,13 @@ async def _open(plan: Any, body_raises: bool = False) -> None:
         raise AssertionError("the run was expected to fail")
 
 
-async def _cancel_after(run: Awaitable[Any], delay: float) -> None:
+async def _cancel_when(run: Awaitable[Any], reached: asyncio.Event) -> None:
+    """Run ``run`` in a task and cancel it once it has ``reached`` a point (an event the
+    graph's module sets there)."""
+    reached.clear()
     task = asyncio.ensure_future(run)
-    await asyncio.sleep(delay)
+    async with asyncio.timeout(5):
+        await reached.wait()
     task.cancel()
     try:
         await task
@@ -143,8 +153,9 @@ async def _cancel_after(run: Awaitable[Any], delay: float) -> None:
     del task
 
 
-async def _open_and_wait(plan: Any) -> None:
+async def _open_and_wait(plan: Any, entered: asyncio.Event) -> None:
     async with plan.open():
+        entered.set()
         await asyncio.sleep(10)
 
 
@@ -162,31 +173,31 @@ SCENARIOS: dict[str, Callable[[Driver], Scenario]] = {
     "open-body-failure": lambda d: lambda _: _open(d.prepare(["conn"]), body_raises=True),
     "open-release-failure": lambda d: lambda _: _open(d.prepare(["uses_bad"])),
     "execute-caller-cancelled-inline": lambda d: (
-        lambda _: _cancel_after(d.prepare(["hang"]).execute(), 0.005)
+        lambda m: _cancel_when(d.prepare(["hang"]).execute(), m.HANGING)
     ),
     "execute-caller-cancelled-parallel": lambda d: (
-        lambda _: _cancel_after(d.prepare(["hang", "right"]).execute(), 0.005)
+        lambda m: _cancel_when(d.prepare(["hang", "right"]).execute(), m.HANGING)
     ),
     "execute-caller-cancelled-in-cleanup": lambda d: (
-        lambda _: _cancel_after(d.prepare(["uses_slow_release"]).execute(), 0.002)
+        lambda m: _cancel_when(d.prepare(["uses_slow_release"]).execute(), m.RELEASING)
     ),
     "open-caller-cancelled-in-body": lambda d: (
-        lambda _: _cancel_after(_open_and_wait(d.prepare(["conn"])), 0.005)
+        lambda m: _cancel_when(_open_and_wait(d.prepare(["conn"]), m.IN_BODY), m.IN_BODY)
     ),
 }
 
 
-def _cyclic_garbage(scenario: Scenario) -> tuple[int, list[str]]:
-    """Run ``scenario`` (warmed up once) three times; what the cyclic collector finds:
-    its count and the type names of the objects it saved."""
+def _cyclic_garbage(scenario: Scenario, module: Any) -> tuple[int, list[str]]:
+    """Run ``scenario(module)`` (warmed up once) three times; what the cyclic collector
+    finds: its count and the type names of the objects it saved."""
 
     async def main() -> tuple[int, list[str]]:
-        await scenario(None)  # first-run caches and lazily created objects
+        await scenario(module)  # first-run caches and lazily created objects
         gc.collect()
         gc.set_debug(gc.DEBUG_SAVEALL)
         try:
             for _ in range(3):
-                await scenario(None)
+                await scenario(module)
             found = gc.collect()
             return found, sorted(type(obj).__qualname__ for obj in gc.garbage)
         finally:
@@ -204,14 +215,14 @@ def _cyclic_garbage(scenario: Scenario) -> tuple[int, list[str]]:
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
 def test_failed_runs_leave_no_reference_cycles(name: str, make_module: Any) -> None:
-    driver = Driver(make_module(SOURCE))
-    assert _cyclic_garbage(SCENARIOS[name](driver)) == (0, [])
+    module = make_module(SOURCE)
+    assert _cyclic_garbage(SCENARIOS[name](Driver(module)), module) == (0, [])
 
 
 def test_the_check_sees_cycles_when_there_are_some(make_module: Any) -> None:
     # The measurement itself: an exception kept by a frame it passed through is a cycle.
-    driver = Driver(make_module(SOURCE))
-    plan = driver.prepare(["fetch"])
+    module = make_module(SOURCE)
+    plan = Driver(module).prepare(["fetch"])
     kept: list[BaseException] = []
 
     async def keeps_its_failure(_: Any) -> None:
@@ -222,5 +233,5 @@ def test_the_check_sees_cycles_when_there_are_some(make_module: Any) -> None:
             kept.append(failure)
             kept.clear()
 
-    found, names = _cyclic_garbage(keeps_its_failure)
+    found, names = _cyclic_garbage(keeps_its_failure, module)
     assert found > 0 and "ValueError" in names

@@ -235,6 +235,8 @@ async def test_a_caller_cancel_while_an_inline_attempt_drains_its_timeout_is_not
 async def test_a_caller_cancel_during_an_inline_attempt_keeps_its_timeout_from_firing() -> None:
     journal = Journal()
     inside = asyncio.Event()
+    draining = asyncio.Event()
+    drain = asyncio.Event()
 
     async def a() -> int:
         inside.set()
@@ -242,8 +244,9 @@ async def test_a_caller_cancel_during_an_inline_attempt_keeps_its_timeout_from_f
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             journal("cancelled")
+            draining.set()
             try:
-                await asyncio.sleep(0.03)  # drains past its 0.005 s timeout
+                await drain.wait()
             except asyncio.CancelledError:
                 journal("cancelled again")
             raise
@@ -253,8 +256,12 @@ async def test_a_caller_cancel_during_an_inline_attempt_keeps_its_timeout_from_f
         runner = Runner(lambda: execute([Node("a", a, timeout=0.005, retries=2)], ["a"]))
         await started(inside)
         runner.task.cancel()
-        await yield_a_few()
+        await started(draining)
         runner.task.cancel()
+        # It drains past its 0.005 s timeout: a timer started after the attempt and ending
+        # later fires after the attempt's timer would have.
+        await asyncio.sleep(0.03)
+        drain.set()
         raised = await runner.outcome()
     assert type(raised) is asyncio.CancelledError
     assert journal.entries == ["cancelled"]

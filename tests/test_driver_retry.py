@@ -38,6 +38,26 @@ def flaky(errors: list[BaseException], result: Any = "ok") -> tuple[Any, list[in
     return call, calls
 
 
+def logged_retry_delays(caplog: pytest.LogCaptureFixture) -> list[float]:
+    """The drawn delays of the retry waits logged since the last call (the last argument of
+    each "retry k in D s" record), in order; clears the captured records."""
+    found: list[float] = []
+    for record in caplog.records:
+        if "retry" in str(record.msg):
+            assert isinstance(record.args, tuple)
+            delay = record.args[-1]
+            assert isinstance(delay, float)
+            found.append(delay)
+    caplog.clear()
+    return found
+
+
+def policy_minimum(node: Node, waits: int) -> float:
+    """The least total the first ``waits`` retry waits of ``node`` can last: the lower
+    jitter bound of each (half the backoff), whatever the seed."""
+    return sum(node.policy().delay_bounds(k)[0] for k in range(waits))
+
+
 async def test_retryable_failures_are_retried_up_to_retries_then_succeed() -> None:
     call, calls = flaky([ConnectionError(), TimeoutError(), RetryableException()])
     with clean_loop():
@@ -100,7 +120,9 @@ async def test_a_sync_node_is_retried_too() -> None:
         assert await execute([Node("a", a, retries=2)], ["a"]) == {"a": 3}
 
 
-async def test_retry_delays_stay_within_their_jitter_bounds() -> None:
+async def test_retry_delays_stay_within_their_jitter_bounds(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     loop = asyncio.get_running_loop()
     times: list[float] = []
 
@@ -112,39 +134,32 @@ async def test_retry_delays_stay_within_their_jitter_bounds() -> None:
 
     node = Node("a", a, retries=3, initial_delay=0.02, backoff_factor=2.0)
     policy = node.policy()
-    with clean_loop():
-        assert await execute([node], ["a"]) == {"a": "ok"}
+    with clean_loop(), caplog.at_level(logging.WARNING, logger="sdax_hamilton"):
+        assert await execute([node], ["a"], seed=3) == {"a": "ok"}
+    delays = logged_retry_delays(caplog)
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
-    for retry, gap in enumerate(gaps):
+    assert len(delays) == len(gaps) == 3
+    for retry, (delay, gap) in enumerate(zip(delays, gaps, strict=True)):
         low, high = policy.delay_bounds(retry)
         assert (low, high) == pytest.approx((0.01 * 2**retry, 0.02 * 2**retry))
-        assert gap >= low - 0.002, (retry, gap)  # timers may fire a hair early
-        assert gap <= high + 0.5, (retry, gap)  # generous slack for a busy machine
+        assert low <= delay <= high, (retry, delay)  # the jitter stays within its bounds
+        # The next attempt starts no earlier than the drawn delay after this one failed
+        # (the driver re-arms a timer that fires early); the upper slack is for a loaded
+        # machine, and still fails if the wait were, say, in milliseconds.
+        assert gap >= delay - 1e-9, (retry, gap, delay)
+        assert gap <= delay + 1.0, (retry, gap, delay)
 
 
 async def test_seed_makes_the_delays_reproducible(caplog: pytest.LogCaptureFixture) -> None:
-    def delays_of_one_run(seed: int) -> Any:
+    async def delays_of_one_run(seed: int) -> list[float]:
         call, _ = flaky([ConnectionError()] * 3)
-        return execute([Node("a", call, retries=3, initial_delay=0.001)], ["a"], seed=seed)
-
-    def logged_delays() -> list[float]:
-        found: list[float] = []
-        for record in caplog.records:
-            if "retry" in str(record.msg):
-                assert isinstance(record.args, tuple)
-                delay = record.args[-1]
-                assert isinstance(delay, float)
-                found.append(delay)
-        caplog.clear()
-        return found
+        await execute([Node("a", call, retries=3, initial_delay=0.001)], ["a"], seed=seed)
+        return logged_retry_delays(caplog)
 
     with caplog.at_level(logging.WARNING, logger="sdax_hamilton"):
-        await delays_of_one_run(7)
-        first = logged_delays()
-        await delays_of_one_run(7)
-        second = logged_delays()
-        await delays_of_one_run(8)
-        third = logged_delays()
+        first = await delays_of_one_run(7)
+        second = await delays_of_one_run(7)
+        third = await delays_of_one_run(8)
     assert len(first) == 3
     assert first == second
     assert first != third
@@ -308,26 +323,35 @@ async def test_a_timeout_inside_the_node_itself_is_the_nodes_own_timeout_error(
     mode.check()
 
 
-async def test_there_is_no_total_deadline_only_per_attempt_timeouts() -> None:
+async def test_there_is_no_total_deadline_only_per_attempt_timeouts(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     loop = asyncio.get_running_loop()
-    begin = loop.time()
     calls = 0
 
     async def a() -> str:
         nonlocal calls
         calls += 1
-        await asyncio.sleep(0.03)  # each attempt fits its timeout...
+        await asyncio.sleep(0.03)  # each attempt fits its 0.1 s timeout...
         if calls < 3:
             raise ConnectionError
         return "done"
 
-    node = Node("a", a, timeout=0.1, retries=2, initial_delay=0.2, backoff_factor=1.0)
-    with clean_loop():
-        assert await execute([node], ["a"]) == {"a": "done"}
-    # ...while the run as a whole outlasts all three timeouts together
-    # (3 x 0.05 s of attempts + two waits of at least 0.1 s each >= 0.35 s)
-    assert loop.time() - begin > 0.3
+    node = Node("a", a, timeout=0.1, retries=2, initial_delay=0.25, backoff_factor=1.0)
+    begin = loop.time()
+    with clean_loop(), caplog.at_level(logging.WARNING, logger="sdax_hamilton"):
+        assert await execute([node], ["a"], seed=5) == {"a": "done"}
+    elapsed = loop.time() - begin
     assert calls == 3
+    delays = logged_retry_delays(caplog)
+    assert len(delays) == 2
+    # ...while the run as a whole takes its three attempts and both waits: at least the
+    # drawn delays plus three sleeps of 0.03 s (uvloop's timers may fire a millisecond early)
+    assert elapsed >= sum(delays) + 3 * (0.03 - 0.001)
+    # Whatever the jitter draws, each wait is at least half of 0.25 s, so the run outlasts
+    # the three attempts' timeouts together (3 x 0.1 s < 3 x 0.029 s + 2 x 0.125 s).
+    assert policy_minimum(node, 2) + 3 * (0.03 - 0.001) > 3 * 0.1
+    assert elapsed > 3 * 0.1
 
 
 async def test_a_failure_elsewhere_stops_a_pending_retry_wait() -> None:

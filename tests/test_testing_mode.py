@@ -220,10 +220,24 @@ def test_instant_retries_needs_a_bool() -> None:
             pass
 
 
-def test_large_and_negative_seeds_are_accepted() -> None:
-    for seed in (-1, 2**64 - 1, 2**80):
+async def test_large_and_negative_seeds_seed_the_runs(plan_with_delay: Any) -> None:
+    # Any int is taken modulo 2**64: -1 seeds like 2**64 - 1, and 2**80 like 0.
+    plan = plan_with_delay(0.002)
+
+    async def waits_under(seed: int) -> tuple[list[float], list[float]]:
+        observer = Delays()
         with jitter_seed(seed):
-            pass
+            await plan.execute(inputs={"calls": [], "failures": 3}, observer=observer)
+        return observer.forward, observer.release
+
+    top = await waits_under(2**64 - 1)
+    assert [len(delays) for delays in top] == [3, 3]  # node and release retries
+    assert await waits_under(2**64 - 1) == top  # the same seed: the same waits
+    assert await waits_under(-1) == top
+    zero = await waits_under(0)
+    assert await waits_under(2**80) == zero
+    assert zero[0] != top[0] and zero[1] != top[1]  # another seed: other waits
+    assert (await waits_under(2**63))[0] != zero[0]  # all 64 bits count
 
 
 @pytest.fixture
