@@ -43,6 +43,9 @@ pub(crate) const RAISED: u32 = 0;
 pub(crate) const RETURNED: u32 = 1;
 pub(crate) const SUSPENDED: u32 = 2;
 pub(crate) const AWAITABLE: u32 = 3;
+/// An input check raised (a `KeyboardInterrupt` out of a metaclass's `__instancecheck__`,
+/// say; an `Exception` only fails the check): nothing was called.
+pub(crate) const REJECTED: u32 = 4;
 
 /// How to call one forward node inline.
 struct NodeCall {
@@ -363,17 +366,24 @@ impl PyCarrier {
             return Ok(Carried::Declined);
         };
         let call = node.call.bind(py);
+        // What a check raised (it is not a failed check) ends the attempt before the call.
+        let rejected =
+            |e: PyErr| Carried::HandBack(REJECTED, exception(e, py), py.None().into_bound(py));
         let (passed, settled) = match &node.positional {
             Some(indexes) => {
-                let Some(args) = node.positional_args(values, indexes)? else {
-                    return Ok(Carried::Declined);
+                let args = match node.positional_args(values, indexes) {
+                    Ok(Some(args)) => args,
+                    Ok(None) => return Ok(Carried::Declined),
+                    Err(e) => return Ok(rejected(e)),
                 };
                 let settled = self.settle(py, call.call1(&args));
                 (Passed::Positional(args), settled)
             }
             None => {
-                let Some(kwargs) = node.kwargs(values)? else {
-                    return Ok(Carried::Declined);
+                let kwargs = match node.kwargs(values) {
+                    Ok(Some(kwargs)) => kwargs,
+                    Ok(None) => return Ok(Carried::Declined),
+                    Err(e) => return Ok(rejected(e)),
                 };
                 let settled = self.settle(py, call.call((), Some(&kwargs)));
                 (Passed::Keywords(kwargs), settled)
@@ -387,20 +397,45 @@ impl PyCarrier {
             }
         };
         if let Some(check) = &node.output_check {
-            if !check.passes(&value)? {
+            match check.passes(&value) {
+                Ok(true) => {}
                 // the driver checks again and reports the failure
-                return Ok(Carried::HandBack(RETURNED, value, passed.keywords(node)?));
+                Ok(false) => return Ok(Carried::HandBack(RETURNED, value, passed.keywords(node)?)),
+                // the check raised (a KeyboardInterrupt): the node's outcome, and what it
+                // returned is still what its release gets
+                Err(e) => {
+                    if node.owned {
+                        // best effort: the termination is what must reach the driver
+                        let _ = self.record(py, job, &value, node, carrying);
+                    }
+                    let raised = exception(e, py);
+                    return Ok(Carried::HandBack(RAISED, raised, passed.keywords(node)?));
+                }
             }
         }
-        if node.owned {
-            let record = self
-                .acquisition
-                .bind(py)
-                .call1((&value, node.output_type.bind(py)))?;
-            carrying.acquisitions.bind(py).set_item(job, record)?;
+        // The record is Python code (near the recursion limit, say, it can fail): then the
+        // driver records the value itself, as for a value it checks.
+        if node.owned && self.record(py, job, &value, node, carrying).is_err() {
+            return Ok(Carried::HandBack(RETURNED, value, passed.keywords(node)?));
         }
         values.set_item(node.name.bind(py), value)?;
         Ok(Carried::Done)
+    }
+
+    /// Record what owner `job` returned for its release.
+    fn record(
+        &self,
+        py: Python<'_>,
+        job: usize,
+        value: &Bound<'_, PyAny>,
+        node: &NodeCall,
+        carrying: &Carrying,
+    ) -> PyResult<()> {
+        let record = self
+            .acquisition
+            .bind(py)
+            .call1((value, node.output_type.bind(py)))?;
+        carrying.acquisitions.bind(py).set_item(job, record)
     }
 
     /// Carry out the first attempt of the release of forward job `owner`.

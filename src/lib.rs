@@ -8,7 +8,7 @@
 //! run's inputs (`inputs.rs`), and the catcher of a 3.11 phase task's first step
 //! (`step.rs`); they decide nothing.
 
-#![deny(unsafe_code)] // one exception, explained where it is: carry::step
+#![deny(unsafe_code)] // two exceptions, explained where they are: carry::step, step::has_room
 
 mod carry;
 mod check;
@@ -46,6 +46,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CARRIED_RETURNED", carry::RETURNED)?;
     m.add("CARRIED_SUSPENDED", carry::SUSPENDED)?;
     m.add("CARRIED_AWAITABLE", carry::AWAITABLE)?;
+    m.add("CARRIED_REJECTED", carry::REJECTED)?;
     m.add_class::<PyPolicy>()?;
     m.add_class::<PyGraph>()?;
     m.add_class::<PyPlan>()?;
@@ -55,5 +56,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<InputTable>()?;
     m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(step::has_room, m)?)?;
     Ok(())
 }

@@ -321,6 +321,13 @@ impl PyRun {
         self.carried(py)
     }
 
+    /// The driver's bookkeeping of the forward phase failed: take it as over and begin
+    /// the shutdown phase (the core's `Run::abandon`).
+    fn abandon<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.core.abandon(&mut self.out).map_err(run_err)?;
+        self.carried(py)
+    }
+
     /// ``carry_with(carrying)`` and ``start()`` in one call: the forward phase of a run
     /// carried out in ``carrying``'s task.
     fn start_carried<'py>(

@@ -58,3 +58,33 @@ impl StepCatcher {
         self.caught = None;
     }
 }
+
+/// Whether `frames` more levels of recursion fit below the interpreter's recursion limit
+/// now (Python 3.11, where Python frames and C calls count against the same limit and no
+/// API reads the depth): the recursion counter is entered `frames` times, as that many
+/// nested calls would, and left as many times. Nothing runs meanwhile; a `RecursionError`
+/// the probe met is cleared (the driver raises its own).
+#[pyfunction]
+pub(crate) fn has_room(py: Python<'_>, frames: u32) -> bool {
+    let mut entered = 0;
+    while entered < frames {
+        // SAFETY: `Py_EnterRecursiveCall` only counts (and, at the limit, sets a
+        // RecursionError and returns nonzero); each successful enter is matched by one
+        // `Py_LeaveRecursiveCall` below, with the GIL held throughout (`py`).
+        #[allow(unsafe_code)]
+        let refused = unsafe { pyo3::ffi::Py_EnterRecursiveCall(c" in has_room".as_ptr()) } != 0;
+        if refused {
+            drop(PyErr::take(py));
+            break;
+        }
+        entered += 1;
+    }
+    for _ in 0..entered {
+        // SAFETY: see above: one leave per successful enter.
+        #[allow(unsafe_code)]
+        unsafe {
+            pyo3::ffi::Py_LeaveRecursiveCall()
+        };
+    }
+    entered == frames
+}

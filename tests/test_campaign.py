@@ -7,7 +7,10 @@ part runs a tenth of that (shrinkable examples; derandomized unless a size is gi
 ``SDAX_CAMPAIGN_SEED`` moves the seeded window. Long campaign:
 ``SDAX_CAMPAIGN_RUNS=100000``. The seeded campaign must reach each named situation a
 minimum number of times (scaled to its size); every 25th seeded scenario is re-run twice
-on a virtual-time loop, and both runs must unfold identically.
+on a virtual-time loop, and both runs must unfold identically. A tenth of that many seeded
+scenarios carry a hostile fault (a ``KeyboardInterrupt``, ``SystemExit``, ``RecursionError``
+or ``MemoryError`` out of user code the driver itself calls: a type check, a note, a
+retryable class, an observer), with minimum hits of their own.
 """
 
 from __future__ import annotations
@@ -36,11 +39,13 @@ from support.campaign import (
     Scenario,
     Step,
     compile_scenario,
+    gen_hostile_scenario,
     gen_scenario,
     run_scenario,
     scenarios,
 )
 from support.campaign_check import (
+    HOSTILE_SITUATIONS,
     SITUATIONS,
     Violation,
     check_run,
@@ -134,6 +139,50 @@ def test_every_named_situation_is_required_somewhere() -> None:
     reported = set(SITUATIONS)
     assert set(MIN_HITS_PER_3000_RUNS) | set(RARE_PER_3000_RUNS) == reported
     assert set(required_hits(100_000)) == reported
+
+
+HOSTILE_SEEDS = 1_000_000
+"""Where the hostile scenarios' seeds start (apart from the seeded campaign's window)."""
+_KINDS = ("KeyboardInterrupt", "SystemExit", "RecursionError", "MemoryError")
+MIN_HOSTILE_HITS_PER_300_RUNS = {
+    **{f"{kind} from the {place}": 2 for kind in _KINDS for place in ("type check", "observer")},
+    **{f"{kind} from the note": 2 for kind in _KINDS},
+    **{
+        f"{kind} from the {place}": 1
+        for kind in _KINDS
+        for place in ("retryable check", "type name")
+    },
+    "hostile fault before a release": 14,
+    "hostile fault in the shutdown phase": 1,
+}
+"""The hostile faults the seeded hostile campaign must fire, per 300 runs (CI's size), and
+how often: about a quarter of what it reaches, scaled like ``MIN_HITS_PER_3000_RUNS``."""
+
+
+def test_seeded_hostile_campaign() -> None:
+    """Seeded scenarios with a hostile fault, each run once, observed: a run whose fault
+    fired keeps every rule of ``HOSTILE_RULES`` (every acquisition released exactly once,
+    a termination the primary, nothing given up); one whose fault never fired keeps every
+    rule. Each place and kind must fire often enough."""
+    runs = max(1, RUNS // 10)
+    broken: list[str] = []
+    hits: Counter[str] = Counter()
+    for seed in range(HOSTILE_SEEDS + SEED, HOSTILE_SEEDS + SEED + runs):
+        try:
+            run_and_check(gen_hostile_scenario(RandomChooser(seed)), hits=hits, observe="all")
+        except Violation as violation:
+            broken.append(f"seed {seed}: {violation}")
+            if len(broken) >= 3:
+                break
+    assert not broken, "\n\n".join(broken)
+    print("hostile situations reached:", dict(sorted(hits.items())))
+    assert set(MIN_HOSTILE_HITS_PER_300_RUNS) == HOSTILE_SITUATIONS
+    short = {
+        name: f"{hits[name]} < {minimum}"
+        for name, count in MIN_HOSTILE_HITS_PER_300_RUNS.items()
+        if hits[name] < (minimum := int(count * runs / 300))
+    }
+    assert not short, f"the hostile campaign no longer fires these often enough: {short}"
 
 
 DETERMINISM_EVERY = 25

@@ -15,6 +15,7 @@ from support.campaign import (
     BAD_VALUE,
     AttemptRec,
     CancelRec,
+    Hostile,
     NodeDef,
     PolicyDef,
     RunState,
@@ -23,7 +24,7 @@ from support.campaign import (
     compile_scenario,
     run_scenario,
 )
-from support.campaign_check import NEVER, RULES, check, situations
+from support.campaign_check import HOSTILE_RULES, NEVER, RULES, SALVAGED, check, situations
 
 from sdax_hamilton import ExecutionError
 
@@ -295,3 +296,73 @@ def test_every_rule_that_can_refuse_a_run_has_a_breakage() -> None:
     breakages are refused by ``every_failure_is_explained_and_raised``."""
     covered = {rule for _, _, rule in BREAKAGES}
     assert {rule.__name__ for rule in RULES} - covered == {"forward_failures_are_expected"}
+
+
+# ------------------------------------------------------------------------------------------
+# Hostile faults (docs/contract.md#hostile-run): the rules of a run whose fault fired
+# ------------------------------------------------------------------------------------------
+
+# SUCCEEDING, whose second value check (after n000 acquired) raises a KeyboardInterrupt.
+HOSTILE = dataclasses.replace(SUCCEEDING, hostile=Hostile("type check", KeyboardInterrupt, 1))
+
+
+def hostile_release_never_ran(state: RunState) -> None:
+    del state.attempts[("release", 0)]
+
+
+def hostile_release_ran_twice(state: RunState) -> None:
+    first = _recs(state, "release", 0)[0]
+    state.attempts[("release", 0)].append(dataclasses.replace(first, number=1))
+
+
+def termination_not_primary(state: RunState) -> None:
+    state.outcome = ExecutionError("run failed", [ValueError("instead")])
+
+
+def run_salvaged(state: RunState) -> None:
+    assert state.outcome is not None
+    state.outcome.add_note(f"sdax_hamilton: the run {SALVAGED} (KeyboardInterrupt ...)")
+
+
+def hostile_attempt_never_ended(state: RunState) -> None:
+    _recs(state, "node", 0)[0].end_seq = None
+
+
+HOSTILE_BREAKAGES: list[tuple[Callable[[RunState], None], str]] = [
+    (hostile_release_never_ran, "releases_run_exactly_once_after_the_forward_phase"),
+    (hostile_release_ran_twice, "releases_are_carried_out_exactly_once"),
+    (termination_not_primary, "hostile_faults_stop_the_run_or_fail_it"),
+    (run_salvaged, "hostile_faults_stop_the_run_or_fail_it"),
+    (hostile_attempt_never_ended, "attempts_end_drained_and_cancelled_once"),
+]
+
+
+def test_a_recorded_hostile_run_passes_its_rules() -> None:
+    compiled, state = _run(HOSTILE)
+    assert isinstance(state.hostile_raised, KeyboardInterrupt)
+    assert state.outcome is state.hostile_raised
+    run = check(compiled, state)
+    assert run.errors == []
+    assert situations(run) == {
+        "KeyboardInterrupt from the type check",
+        "hostile fault before a release",
+    }
+
+
+@pytest.mark.parametrize(
+    ("breakage", "rule"),
+    HOSTILE_BREAKAGES,
+    ids=[breakage.__name__ for breakage, _ in HOSTILE_BREAKAGES],
+)
+def test_a_broken_hostile_run_is_refused_by_its_rule(
+    breakage: Callable[[RunState], None], rule: str
+) -> None:
+    compiled, state = _run(HOSTILE)
+    assert check(compiled, state).errors == []
+    breakage(state)
+    assert rule in _rules_broken(compiled, state)
+
+
+def test_every_hostile_rule_of_its_own_has_a_breakage() -> None:
+    covered = {rule for _, rule in HOSTILE_BREAKAGES} | {rule for _, _, rule in BREAKAGES}
+    assert {rule.__name__ for rule in HOSTILE_RULES} <= covered

@@ -896,6 +896,31 @@ impl Run {
         }
     }
 
+    /// The driver can no longer carry out the forward phase: its own bookkeeping failed
+    /// (a `RecursionError` or `MemoryError` near the interpreter's limits, or a bug), and
+    /// what it was told may not have reached the core. It has stopped every attempt it
+    /// started without waiting for them; every forward job not over is taken as over
+    /// (drained, or its retry dropped), and the shutdown phase begins as in
+    /// `begin_shutdown`: every release owed (an owned job whose first attempt started) is
+    /// still carried out, in dependency order. Commands a later report of a forward job
+    /// would give are none: `drained` and `unstarted` accept it.
+    pub fn abandon(&mut self, out: &mut Vec<Command>) -> Result<(), RunError> {
+        if self.phase == Phase::Shutdown {
+            return Err(RunError::ShutdownBegun);
+        }
+        self.aborted = true;
+        for j in self.jobs.iter_mut() {
+            j.state = match j.state {
+                JobState::Running | JobState::Cancelling => JobState::Drained,
+                JobState::Sleeping => JobState::Stopped,
+                JobState::Hinting => JobState::Failed,
+                state => state,
+            };
+        }
+        self.pending = 0;
+        self.begin_shutdown(out)
+    }
+
     /// End of the forward phase: START the first releases. Requires `pending == 0`.
     ///
     /// A release is owed for every owned node whose first attempt started; it starts once
@@ -1229,6 +1254,56 @@ mod tests {
         r.begin_shutdown(&mut out).unwrap();
         assert!(out.is_empty());
         assert!(r.finished());
+    }
+
+    #[test]
+    fn abandon_releases_what_was_acquired_whatever_is_in_flight() {
+        // conn <- tx <- query; conn and tx acquired, query running, cache never started
+        let p = plan(
+            vec![
+                NodeDef::new("conn", &[]).owned(Policy::default()),
+                NodeDef::new("tx", &["conn"]).owned(Policy::default()),
+                NodeDef::new("query", &["tx"]).with_policy(retrying(2)),
+                NodeDef::new("cache", &["query"]).owned(Policy::default()),
+            ],
+            &["cache"],
+        );
+        let n = p.len() as u32;
+        let idx = |s: &str| p.index(s).unwrap();
+        let (conn, tx, query) = (idx("conn"), idx("tx"), idx("query"));
+        let mut r = Run::new(Arc::clone(&p), None);
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        r.succeeded(conn as i64, &mut out).unwrap();
+        out.clear();
+        // tx is running (its value is somewhere in the driver), query is not started
+        r.abandon(&mut out).unwrap();
+        assert_eq!(r.pending(), 1); // tx's release
+        assert!(r.aborted());
+        assert_eq!(out, [start(n + tx, 0, None)]);
+        // a late report of the forward job is accepted
+        r.drained(tx as i64, &mut out).unwrap();
+        r.unstarted(tx as i64, &mut out).unwrap();
+        out.clear();
+        r.succeeded((n + tx) as i64, &mut out).unwrap();
+        assert_eq!(out, [start(n + conn, 0, None)]);
+        out.clear();
+        r.succeeded((n + conn) as i64, &mut out).unwrap();
+        assert!(r.finished() && out.is_empty());
+        assert_eq!(r.state(n + query), Some(JobState::NotOwed));
+        assert!(r.abandon(&mut out).is_err()); // once shutdown began
+                                               // a job waiting for its retry, and one whose hook is being asked, end too
+        let p = plan(
+            vec![NodeDef::new("a", &[]).with_policy(retrying(2))],
+            &["a"],
+        );
+        let mut r = Run::new(p, None);
+        r.start(&mut out).unwrap();
+        r.failed(0, true, &mut out).unwrap();
+        out.clear();
+        r.abandon(&mut out).unwrap();
+        assert!(out.is_empty() && r.finished());
+        assert_eq!(r.state(0), Some(JobState::Stopped));
     }
 
     #[test]

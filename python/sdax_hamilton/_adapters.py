@@ -733,7 +733,10 @@ class Adapters:
             error = exc
             raise
         finally:
-            _RUN.reset(token)
+            try:
+                _RUN.reset(token)
+            except ValueError:  # closed from another context: an open() dropped unexited
+                pass
             await self._graph_hooks(
                 self.post_graph,
                 run_id,

@@ -49,10 +49,13 @@ CARRIED: Final[int]  # = 0x80: the Run carried out the first attempt of ``job`` 
 #                      the phase task's ``cancelling()`` count before the call, else
 #                      ``None``; ``timeout`` the START's; ``started`` ``(loop time,
 #                      monotonic time)`` before the call when it has a timeout, else None
-CARRIED_RAISED: Final[int]  # = 0: the call (or its first step) raised ``payload``
+CARRIED_RAISED: Final[int]  # = 0: the call (or its first step) raised ``payload``, or the
+#                             output check did (an owner's acquisition is recorded first)
 CARRIED_RETURNED: Final[int]  # = 1: it returned ``payload``, for the driver to check
 CARRIED_SUSPENDED: Final[int]  # = 2: ``payload`` is ``(coroutine, what its first step yielded)``
 CARRIED_AWAITABLE: Final[int]  # = 3: the call returned ``payload``, an awaitable to await
+CARRIED_REJECTED: Final[int]  # = 4: an input check raised ``payload`` (a KeyboardInterrupt,
+#                               say): nothing was called; the driver reports bad input
 
 Command = tuple[int, int, int, Any]
 """``(op, job, attempt, arg)``: ``arg`` is a float or ``None``, or ``CARRIED``'s pair."""
@@ -322,6 +325,13 @@ class Run:
         carrying: tuple[Carrier, dict[str, Any], list[Any], object, Callable[[], float]],
     ) -> list[Command]:
         """``carry_with(carrying)`` and ``start()`` in one call."""
+    def abandon(self) -> list[Command]:
+        """The driver's own bookkeeping of the forward phase failed (a ``RecursionError`` or
+        ``MemoryError`` near the interpreter's limits): it has stopped every attempt
+        without waiting. Every forward job not over is taken as over (a later ``drained``
+        or ``unstarted`` of it is accepted), and the shutdown phase begins as with
+        ``begin_shutdown()``: every release owed is still STARTed, in dependency order.
+        ``RuntimeError`` once shutdown began."""
     def begin_shutdown_or_finish(self) -> list[Command] | None:
         """``begin_shutdown()``; ``None`` when that leaves the run finished with nothing to
         carry out, the carrier detached as by ``carry_with(None)``."""
@@ -340,6 +350,10 @@ class Run:
         """Whether the job's first attempt started (forward: release owed if owned)."""
     def succeeded_jobs(self) -> list[int]:
         """Forward jobs that completed successfully."""
+
+def has_room(frames: int) -> bool:
+    """Whether ``frames`` more levels of recursion fit below the recursion limit now
+    (Python 3.11's counter, which C calls share with Python frames); nothing runs."""
 
 def run_budget(timeout: object) -> float | None:
     """Check a run's ``timeout`` (the forward phase's budget in seconds) and return it:

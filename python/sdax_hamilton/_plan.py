@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import warnings
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,7 +20,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import _core
-from ._driver import NodeRuntime, ReleaseRuntime, RunContext, carrier_of, open_run
+from ._driver import NEVER_ENTERED, NodeRuntime, ReleaseRuntime, RunContext, carrier_of, open_run
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
 from ._types import accepts, checker, compatible, describe, mismatch, split_check, validate_type
@@ -179,17 +180,22 @@ class PreparedPlan:
         program = self._program
         adapters = program.adapters
         if adapters is None:
-            return self._run(values, observer, budget)
-        return adapters.open(
-            functools.partial(self._run, values, observer, budget),
-            final_vars=self.outputs,
-            inputs=inputs or {},
-            overrides=overrides or {},
-            execution_path=program.plan.nodes,
+            return self._run(values, observer, budget, True)
+        return _Entered(
+            adapters.open(
+                functools.partial(self._run, values, observer, budget, True),
+                final_vars=self.outputs,
+                inputs=inputs or {},
+                overrides=overrides or {},
+                execution_path=program.plan.nodes,
+            )
         )
 
-    def _run(self, values: dict[str, Any], observer: object, budget: float | None) -> RunContext:
-        """One run of this plan over the value table ``values`` (not entered yet)."""
+    def _run(
+        self, values: dict[str, Any], observer: object, budget: float | None, body: bool = False
+    ) -> RunContext:
+        """One run of this plan over the value table ``values`` (not entered yet); ``body``:
+        ``open()``'s (``HeldRun``)."""
         program = self._program
         # seed, observer, timeout, carrier: positionally, which costs a run less
         return open_run(
@@ -201,6 +207,7 @@ class PreparedPlan:
             observer,
             budget,
             program.carrier,
+            body,
         )
 
     def to_dot(self) -> str:
@@ -257,6 +264,41 @@ class PreparedPlan:
             inputs=inputs, overrides=overrides, observer=observer, timeout=timeout
         ) as results:
             return results
+
+
+class _Entered(contextlib.AbstractAsyncContextManager[dict[str, Any]]):
+    """``open()`` with adapters: their context (a generator's), exited only once entered
+    (a generator's ``__aexit__`` alone would run the whole run, then complain). Dropped
+    while entered, it warns as a plain run's does (``HeldRun``); the generator's own
+    finalization (asyncio's, for async generators) carries out the releases."""
+
+    __slots__ = ("_context", "_held")
+
+    def __init__(self, context: contextlib.AbstractAsyncContextManager[dict[str, Any]]) -> None:
+        self._context = context
+        self._held: bool | None = None  # None: never entered
+
+    async def __aenter__(self) -> dict[str, Any]:
+        self._held = False
+        values = await self._context.__aenter__()
+        self._held = True
+        return values
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        if self._held is None:
+            raise RuntimeError(NEVER_ENTERED)
+        self._held = False
+        return await self._context.__aexit__(*exc_info)
+
+    def __del__(self) -> None:
+        if self._held:
+            warnings.warn(
+                "sdax_hamilton: an open() context was dropped while entered, never exited; "
+                "its releases run when asyncio finalizes it. Exit it: "
+                "`async with plan.open(...) as values:`",
+                ResourceWarning,
+                stacklevel=2,
+            )
 
 
 def _check_values(

@@ -30,7 +30,7 @@ import time
 import types
 import warnings
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hypothesis import strategies as st
@@ -83,6 +83,8 @@ def make_exception(kind: str) -> BaseException:
             "injected",
             [ExceptionGroup("inner", [ConnectionError("a")]), RetryableException("b")],
         )
+    if kind == "noted":
+        return Noted("injected")
     raise AssertionError(f"unknown exception kind {kind}")
 
 
@@ -136,6 +138,95 @@ def is_retryable(exc: BaseException, retryable: tuple[type[BaseException], ...])
     if isinstance(exc, ExceptionGroup):
         return all(is_retryable(leaf, retryable) for leaf in exc.exceptions)
     return isinstance(exc, retryable)
+
+
+# ------------------------------------------------------------------------------------------
+# Hostile faults: BaseExceptions out of user code the driver itself calls
+# ------------------------------------------------------------------------------------------
+
+HOSTILE_PLACES = ("type check", "note", "retryable check", "observer", "type name")
+"""Where a hostile fault raises: a metaclass ``__instancecheck__`` of the annotation every
+value is checked against (inputs, outputs, acquisitions); an exception class's
+``add_note``, when the driver notes a failure on it; a metaclass ``__instancecheck__`` of a
+class in every retryable set, when the driver asks whether a failure is retried; the run's
+observer, at one of its events; the class of a value that fails its output check, when the
+driver names it in the error (its ``__qualname__``, through its metaclass)."""
+HOSTILE_KINDS: tuple[type[BaseException], ...] = (
+    KeyboardInterrupt,
+    SystemExit,
+    RecursionError,
+    MemoryError,
+)
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """A run's hostile fault: the ``after + 1``-th call of user code at ``place`` raises a
+    fresh ``kind`` (once per run)."""
+
+    place: str
+    kind: type[BaseException]
+    after: int = 0
+
+    def __repr__(self) -> str:
+        return f"<hostile {self.kind.__name__} from the {self.place} after {self.after}>"
+
+
+def hostile_point(place: str) -> None:
+    """User code at ``place`` runs: raise the current run's hostile fault if it is due."""
+    state = CURRENT_RUN.get()
+    if state is None or state.quiet:
+        return  # building the plan, or the harness itself reading a value
+    hostile = state.scenario.hostile
+    if hostile is None or hostile.place != place or state.hostile_raised is not None:
+        return
+    if state.hostile_calls < hostile.after:
+        state.hostile_calls += 1
+        return
+    exc = hostile.kind(f"hostile {place}")
+    state.hostile_raised = exc
+    state.hostile_seq = state.seq()
+    raise exc
+
+
+class _CheckedMeta(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        hostile_point("type check")
+        return type(obj) is int
+
+
+class Checked(metaclass=_CheckedMeta):
+    """What a hostile scenario's values are annotated with: ``int`` to the type checker (a
+    class of its own metaclass, so every check of a value calls ``__instancecheck__``)."""
+
+
+class _RetryMeta(type):
+    def __instancecheck__(cls, obj: Any) -> bool:
+        hostile_point("retryable check")
+        return False
+
+
+class HostileRetry(Exception, metaclass=_RetryMeta):
+    """First in every retryable set of a hostile scenario; matches nothing."""
+
+
+class _NamedMeta(type):
+    def __getattribute__(cls, name: str) -> Any:
+        if name == "__qualname__":
+            hostile_point("type name")
+        return super().__getattribute__(name)
+
+
+class Named(metaclass=_NamedMeta):
+    """What a ``bad`` step returns in a scenario whose hostile fault is the type name."""
+
+
+class Noted(Exception):
+    """An exception whose ``add_note`` is user code (``noted`` in the palette)."""
+
+    def add_note(self, note: str) -> None:
+        hostile_point("note")
+        super().add_note(note)
 
 
 # ------------------------------------------------------------------------------------------
@@ -250,12 +341,14 @@ class Scenario:
     cancel_at: tuple[float, ...] = ()
     """Seconds after the run starts at which a timer cancels the caller's task; ``PENDING``
     (-1): the caller's task cancels itself just before calling the run."""
+    hostile: Hostile | None = None
+    """A hostile fault (``gen_hostile_scenario``); ``None`` for every other scenario."""
 
     def describe(self) -> str:
         lines = [
             f"mode={self.mode} check_outputs={self.check_outputs} outputs="
             f"{[node_name(i) for i in self.outputs]} body={self.body} "
-            f"cancel_at={self.cancel_at}"
+            f"cancel_at={self.cancel_at}" + ("" if self.hostile is None else f" {self.hostile}")
         ]
         for node in self.nodes:
             lines.append(
@@ -295,22 +388,24 @@ def expected_value(idx: int, kwargs: dict[str, Any]) -> Any:
 
 
 def module_source(scenario: Scenario) -> str:
+    """The scenario's module. Values are annotated ``T``: ``int``, or ``Checked`` when a
+    hostile fault raises from type checks (``load_generated`` binds it)."""
     lines = ["from sdax_hamilton import Acquisition, execution, shutdown", ""]
     for node in scenario.nodes:
-        params = [f"{node_name(d)}: int" for d in node.deps]
+        params = [f"{node_name(d)}: T" for d in node.deps]
         if node.uses_input:
-            params.append("x: int")
+            params.append("x: T")
         signature = ", ".join(params)
         if node.policy.declared:
             lines.append(f"@execution({node.policy.decorator_args()})")
         if node.style == "async":
-            lines.append(f"async def {node.name}({signature}) -> int:")
+            lines.append(f"async def {node.name}({signature}) -> T:")
             lines.append(f"    return await _H.anode({node.idx}, locals())")
         elif node.style == "sync":
-            lines.append(f"def {node.name}({signature}) -> int:")
+            lines.append(f"def {node.name}({signature}) -> T:")
             lines.append(f"    return _H.snode({node.idx}, locals())")
         else:
-            lines.append(f"def {node.name}({signature}) -> int:")
+            lines.append(f"def {node.name}({signature}) -> T:")
             lines.append(f"    return _H.snode_aw({node.idx}, locals())")
         lines.append("")
     for node in scenario.nodes:
@@ -318,10 +413,10 @@ def module_source(scenario: Scenario) -> str:
             continue
         lines.append(f"@shutdown(of={node.name}, {node.release_policy.decorator_args()})")
         if node.release_style == "async":
-            lines.append(f"async def release_{node.name}(acquired: Acquisition[int]) -> None:")
+            lines.append(f"async def release_{node.name}(acquired: Acquisition[T]) -> None:")
             lines.append(f"    return await _H.arelease({node.idx}, acquired)")
         else:
-            lines.append(f"def release_{node.name}(acquired: Acquisition[int]) -> None:")
+            lines.append(f"def release_{node.name}(acquired: Acquisition[T]) -> None:")
             lines.append(f"    return _H.srelease({node.idx}, acquired)")
         lines.append("")
     return "\n".join(lines)
@@ -336,6 +431,15 @@ def load_generated(source: str, harness: Harness) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__dict__["_H"] = harness
     module.__dict__["_SETS"] = RETRYABLE_SETS
+    module.__dict__["T"] = int
+    hostile = harness.scenario.hostile
+    if hostile is not None and hostile.place == "type check":
+        module.__dict__["T"] = Checked
+    if hostile is not None and hostile.place == "retryable check":
+        module.__dict__["_SETS"] = tuple(
+            (HostileRetry, *(default_retryable_set() if chosen is None else chosen))
+            for chosen in RETRYABLE_SETS
+        )
     sys.modules[name] = module
     try:
         exec(compile(source, f"<{name}>", "exec"), module.__dict__)
@@ -409,6 +513,13 @@ class RunState:
         """What the run's observer received; ``None``: the run had no observer."""
         self.clock: Callable[[], float] = time.monotonic
         """The harness's clock: real time, or the loop's clock under virtual time."""
+        self.quiet = False
+        """The harness reads a value itself: no hostile fault fires."""
+        self.hostile_calls = 0
+        """Calls of user code at the hostile fault's place that let it pass so far."""
+        self.hostile_raised: BaseException | None = None
+        """The hostile fault's exception, once raised."""
+        self.hostile_seq: int | None = None
 
     def seq(self) -> int:
         return next(self._seq)
@@ -487,7 +598,10 @@ class Harness:
         value = expected_value(rec.idx, rec.kwargs)
         if value is None:
             rec.outcome = "bad_input"
-        return BAD_VALUE if step.kind == "bad" else value
+        if step.kind != "bad":
+            return value
+        hostile = self.scenario.hostile
+        return Named() if hostile is not None and hostile.place == "type name" else BAD_VALUE
 
     def _act(self, rec: AttemptRec, step: Step, value: Any) -> Any:
         if step.kind == "raise":
@@ -588,24 +702,29 @@ class Harness:
             )
             rec.acq = (False, False, None, False)
             return rec
-        has_value = acquired.has_value
-        raw: Any = None
-        if has_value:
-            raw = acquired.raw_value
-        else:
-            try:
-                acquired.raw_value  # noqa: B018 - the access is the check
-            except ValueError:
-                pass
-            else:
-                self._state().problems.append(f"{node_name(idx)}: raw_value without a value")
+        state = self._state()
+        state.quiet = True  # the driver's checks are under test, not these
         try:
-            acquired.value  # noqa: B018
-        except TypeError:
-            accessible = False
-        else:
-            accessible = True
-        rec.acq = (has_value, acquired.is_valid, raw, accessible)
+            has_value = acquired.has_value
+            raw: Any = None
+            if has_value:
+                raw = acquired.raw_value
+            else:
+                try:
+                    acquired.raw_value  # noqa: B018 - the access is the check
+                except ValueError:
+                    pass
+                else:
+                    state.problems.append(f"{node_name(idx)}: raw_value without a value")
+            try:
+                acquired.value  # noqa: B018
+            except TypeError:
+                accessible = False
+            else:
+                accessible = True
+            rec.acq = (has_value, acquired.is_valid, raw, accessible)
+        finally:
+            state.quiet = False
         return rec
 
     async def arelease(self, idx: int, acquired: Any) -> Any:
@@ -769,6 +888,8 @@ async def _caller(compiled: Compiled, state: RunState) -> None:
         rec.delivered = asyncio.current_task().cancel(rec.msg)  # type: ignore[union-attr]
     try:
         observer = None if state.events is None else state.events.append
+        if observer is not None and compiled.scenario.hostile is not None:
+            observer = _hostile_observer(state.events)  # type: ignore[arg-type]
         if compiled.scenario.mode == "execute":
             result: Any = await plan.execute(inputs=compiled.inputs, observer=observer)
         else:
@@ -786,6 +907,14 @@ async def _caller(compiled: Compiled, state: RunState) -> None:
             await asyncio.sleep(0)
         except asyncio.CancelledError as late:
             state.late.append(late)
+
+
+def _hostile_observer(events: list[RunEvent]) -> Callable[[RunEvent], None]:
+    def observe(event: RunEvent) -> None:
+        events.append(event)
+        hostile_point("observer")
+
+    return observe
 
 
 async def run_once(
@@ -1086,3 +1215,42 @@ def gen_scenario(ch: Chooser, max_nodes: int = 60) -> Scenario:
 @st.composite
 def scenarios(draw: st.DrawFn, max_nodes: int = 60) -> Scenario:
     return gen_scenario(DrawChooser(draw), max_nodes)
+
+
+def gen_hostile_scenario(ch: Chooser, max_nodes: int = 30) -> Scenario:
+    """A scenario of ``gen_scenario`` with a hostile fault (``Hostile``); a fault that
+    needs a failure to be reached gets one: the first requested output raises on its first
+    attempt (a ``noted`` exception for the note, a plain one for the retryable check), or
+    returns a ``Named`` (the type name: outputs are checked, and its check names it)."""
+    scenario = gen_scenario(ch, max_nodes)
+    place = ch.choice(HOSTILE_PLACES)
+    # Checks and events are many in a run; notes, retry questions and type names one per
+    # failure.
+    after = ch.integer(0, 3) if place in ("type check", "observer") else ch.integer(0, 1)
+    hostile = Hostile(place, ch.choice(HOSTILE_KINDS), after)
+    nodes = list(scenario.nodes)
+    if hostile.place == "type name":  # the first output returns a value of that class
+        first = scenario.outputs[0]
+        nodes = [
+            replace(node, steps=(Step(kind="bad"), *node.steps)) if node.idx == first else node
+            for node in nodes
+        ]
+        scenario = replace(scenario, check_outputs=True)  # its output check names it
+    if hostile.place in ("note", "retryable check"):
+        exc = "noted" if hostile.place == "note" else "value"
+
+        def retarget(steps: tuple[Step, ...]) -> tuple[Step, ...]:
+            return tuple(replace(step, exc=exc) if step.kind == "raise" else step for step in steps)
+
+        nodes = [
+            replace(node, steps=retarget(node.steps), release_steps=retarget(node.release_steps))
+            for node in nodes
+        ]
+        first = scenario.outputs[0]
+        nodes = [
+            replace(node, steps=(Step(kind="raise", exc=exc), *node.steps))
+            if node.idx == first
+            else node
+            for node in nodes
+        ]
+    return replace(scenario, nodes=tuple(nodes), hostile=hostile)

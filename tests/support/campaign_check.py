@@ -26,10 +26,13 @@ from support.campaign import (
     BAD_VALUE,
     DIAGNOSTICS_NOTE,
     EARLY_SLACK,
+    HOSTILE_KINDS,
+    HOSTILE_PLACES,
     LATE_SLACK,
     AttemptRec,
     CancelRec,
     Compiled,
+    Named,
     NodeDef,
     PolicyDef,
     RunState,
@@ -44,6 +47,11 @@ from support.campaign import (
 
 NEVER = 10**9
 """A sequence number after every event of a run."""
+
+
+def _bad(value: Any) -> bool:
+    """What a ``bad`` step returned: ``BAD_VALUE``, or a ``Named`` (a hostile scenario's)."""
+    return type(value) is Named or (type(value) is str and value == BAD_VALUE)
 
 
 class Violation(AssertionError):
@@ -255,7 +263,7 @@ def forward_failures_are_expected(run: RunCheck) -> None:
             # never started: legitimate only when the run aborted (checked by the liveness
             # rule), or when its input check failed (check_outputs=False, a bad value)
             dep_values = [[r for r in state.records("node", d) if r.returned] for d in node.deps]
-            if all(dep_values) and any(v[-1].value == BAD_VALUE for v in dep_values):
+            if all(dep_values) and any(_bad(v[-1].value) for v in dep_values):
                 if not run.scenario.check_outputs:
                     run.expects.append(Expect("input", "node", idx, required=False))
             run.incomplete.append(node.name)
@@ -281,7 +289,7 @@ def forward_failures_are_expected(run: RunCheck) -> None:
                 run.cancelled_without_timeout = True
             run.incomplete.append(node.name)
         elif last.outcome in ("ok", "swallowed"):
-            if run.scenario.check_outputs and last.value == BAD_VALUE:
+            if run.scenario.check_outputs and _bad(last.value):
                 # optional: a value returned while the run was already aborting is drained
                 # (the liveness rule still demands it when nothing else failed)
                 run.expects.append(Expect("output", "node", idx, False, attempts=attempts))
@@ -838,10 +846,75 @@ RULES: tuple[Callable[[RunCheck], None], ...] = (
 """Every rule, in the order their derived facts need."""
 
 
+# ------------------------------------------------------------------------------------------
+# Hostile faults (docs/contract.md#hostile-run)
+# ------------------------------------------------------------------------------------------
+
+_TERMINATION = (KeyboardInterrupt, SystemExit)
+SALVAGED = "could not go on"
+"""Part of the note of a run whose own bookkeeping failed (``RunContext._salvage``)."""
+
+
+def releases_are_carried_out_exactly_once(run: RunCheck) -> None:
+    """Every acquisition is released exactly once whatever is raised, from where: each
+    release owed ran (``releases_run_exactly_once_after_the_forward_phase``), never again
+    once an attempt of it completed, and no more often than its policy allows
+    (docs/contract.md#hostile-run, #shutdown-phase)."""
+    for node in run.nodes:
+        if not node.owned or node.idx not in run.release_starts:
+            continue
+        recs = run.state.records("release", node.idx)
+        if len(recs) > 1 + node.release_policy.retries:
+            run.fail(f"release of {node.name} ran {len(recs)} times")
+        if any(rec.outcome in ("ok", "swallowed") for rec in recs[:-1]):
+            run.fail(f"release of {node.name} ran again after it completed")
+
+
+def hostile_faults_stop_the_run_or_fail_it(run: RunCheck) -> None:
+    """A ``KeyboardInterrupt``/``SystemExit`` out of user code the driver calls (a check,
+    a note, a retryable class, an observer) is what the caller gets, the same object;
+    another exception from there never escapes the run as is once a node ran; either is
+    handled where it was raised, never by giving the run up (docs/contract.md#hostile-run)."""
+    state = run.state
+    hostile = state.hostile_raised
+    assert hostile is not None
+    outcome = state.outcome
+    if isinstance(hostile, _TERMINATION):
+        if outcome is not hostile:
+            run.fail(f"the run raised {outcome!r}, not the {hostile!r} raised in it")
+    elif outcome is hostile:
+        ran = [rec for recs in state.attempts.values() for rec in recs]
+        if ran:
+            run.fail(f"{hostile!r} escaped the run as is after {len(ran)} attempts ran")
+    if outcome is not None:
+        items: list[BaseException] = [outcome, *failures(outcome)]
+        if isinstance(outcome, BaseExceptionGroup):
+            items.extend(outcome.exceptions)
+        for item in items:
+            if any(SALVAGED in note for note in getattr(item, "__notes__", []) or []):
+                run.fail(f"the run was given up and salvaged: {item!r}")
+
+
+HOSTILE_RULES: tuple[Callable[[RunCheck], None], ...] = (
+    harness_saw_no_problem,
+    attempts_end_drained_and_cancelled_once,
+    only_selected_nodes_run,
+    nodes_start_after_their_inputs,
+    releases_run_exactly_once_after_the_forward_phase,
+    releases_receive_the_acquisition_record,
+    releases_are_carried_out_exactly_once,
+    releases_follow_dependency_order,
+    hostile_faults_stop_the_run_or_fail_it,
+)
+"""The rules of a run whose hostile fault fired: what it must keep whatever was raised
+(every other rule of :data:`RULES` describes runs whose failures come from nodes and
+releases, and applies to a hostile scenario's runs whose fault did not fire)."""
+
+
 def check(compiled: Compiled, state: RunState) -> RunCheck:
     """Run every rule over one run; the result holds the errors and the derived facts."""
     run = RunCheck(compiled, state)
-    for rule in RULES:
+    for rule in RULES if state.hostile_raised is None else HOSTILE_RULES:
         run.rule = rule.__name__
         rule(run)
     return run
@@ -1028,10 +1101,34 @@ SITUATIONS = frozenset(
 """Every situation :func:`situations` can report."""
 
 
+HOSTILE_SITUATIONS = frozenset(
+    [f"{kind.__name__} from the {place}" for place in HOSTILE_PLACES for kind in HOSTILE_KINDS]
+    + ["hostile fault before a release", "hostile fault in the shutdown phase"]
+)
+"""Every situation :func:`situations` reports for a run whose hostile fault fired."""
+
+
+def hostile_situations(run: RunCheck) -> set[str]:
+    state = run.state
+    hostile = state.hostile_raised
+    scenario_hostile = run.scenario.hostile
+    assert hostile is not None and scenario_hostile is not None
+    found = {f"{type(hostile).__name__} from the {scenario_hostile.place}"}
+    if run.release_starts:
+        found.add("hostile fault before a release")
+        if state.hostile_seq is not None and state.hostile_seq > min(run.release_starts.values()):
+            found.add("hostile fault in the shutdown phase")
+    assert found <= HOSTILE_SITUATIONS, found - HOSTILE_SITUATIONS
+    return found
+
+
 def situations(run: RunCheck) -> set[str]:
     """The named situations this run reached, from the harness's records and the facts
-    the rules derived (and, for observed runs, the events)."""
+    the rules derived (and, for observed runs, the events); those of
+    :data:`HOSTILE_SITUATIONS` for a run whose hostile fault fired."""
     state = run.state
+    if state.hostile_raised is not None:
+        return hostile_situations(run)
     found: set[str] = set()
     by_idx = {node.idx: node for node in run.scenario.nodes}
     node_recs = [

@@ -14,12 +14,13 @@ docs/internals.md describes the protocol. The parts, each a module:
 * ``state``: what one run holds.
 """
 
-from .context import INSTANT_RETRIES, JITTER_SEED, RunContext, open_run
+from .context import INSTANT_RETRIES, JITTER_SEED, NEVER_ENTERED, RunContext, open_run
 from .runtime import TIMEOUT_MESSAGE, NodeRuntime, ReleaseRuntime, carrier_of, is_retryable
 
 __all__ = [
     "INSTANT_RETRIES",
     "JITTER_SEED",
+    "NEVER_ENTERED",
     "NodeRuntime",
     "ReleaseRuntime",
     "RunContext",

@@ -35,6 +35,7 @@ _CARRIED: Final = _core.CARRIED
 _CARRIED_RAISED: Final = _core.CARRIED_RAISED
 _CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
 _CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
+_CARRIED_REJECTED: Final = _core.CARRIED_REJECTED
 _CoroutineType: Final = types.CoroutineType
 _monotonic: Final = time.monotonic
 _MONOTONIC_LOOP_TIME: Final = asyncio.BaseEventLoop.time
@@ -235,11 +236,26 @@ class AttemptMechanics(RunState):
             except BaseException as exc:
                 self._post((RAISED, attempt, exc))
                 return
-        if type(result) is _CoroutineType or inspect.isawaitable(result):
+        try:
+            awaitable = type(result) is _CoroutineType or inspect.isawaitable(result)
+        except BaseException as exc:  # user code asked (a ``__class__`` property)
+            self._returned_unreadable(attempt, result, exc)
+            return
+        if awaitable:
             attempt.aw = result
             self._fresh.append(attempt)
         else:
             self._post((RETURNED, attempt, result))
+
+    def _returned_unreadable(self, attempt: Attempt, result: Any, exc: BaseException) -> None:
+        """Asking whether ``result`` is awaitable raised ``exc``: the attempt failed with it;
+        an owner's release still gets the value it returned."""
+        job = attempt.job
+        if job < self._n:
+            node = self._nodes[job]
+            if node.release is not None:
+                self._acquisitions[job] = Acquisition(result, node.output_type)
+        self._post((RAISED, attempt, exc))
 
     def _carried(self, job: int, how: int, arg: tuple[Any, Any, float | None, Any]) -> None:
         """Go on with the first attempt of ``job``, carried out by the core's ``Run`` up to
@@ -250,6 +266,9 @@ class AttemptMechanics(RunState):
         payload, extra, timeout, started = arg
         attempt = Attempt(job, 0, timeout)
         self._running[job] = attempt
+        if how == _CARRIED_REJECTED:  # an input check raised: nothing was called
+            self._post((BAD_INPUT, attempt, payload))
+            return
         if job < self._n:
             self._kwargs[job] = extra  # read by its retries
             if self._nodes[job].release is not None and self._acquisitions[job] is None:
@@ -279,7 +298,7 @@ class AttemptMechanics(RunState):
             for keyword, check in node.input_checks:
                 if not check(kwargs[keyword]):
                     raise TypeError(f"Invalid input for {node.name}.{keyword}")
-        except Exception as exc:
+        except BaseException as exc:  # a KeyboardInterrupt from a check stops the run
             self._post((BAD_INPUT, attempt, exc))
             return None
         self._kwargs[job] = kwargs

@@ -12,20 +12,30 @@ import asyncio
 import sys
 import threading
 import types
+import warnings
 from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
 from typing import Any, Final, NoReturn
 
 from .. import _core
+from .._declarations import Acquisition
+from .._failures import add_note_once
 from .._observe import observers_of
 from .attempts import Attempt, AttemptState
 from .outcomes import OutcomeHandling
 from .reporter import Reporter
 from .runtime import NodeRuntime
+from .state import BAD_INPUT, RAISED, RETURNED, UNSTARTED
 
 _CancelledError: Final = asyncio.CancelledError
 _CoroutineType: Final = types.CoroutineType
 _CALLED: Final = AttemptState.CALLED
+_RETURNED: Final = RETURNED
+_RAISED: Final = RAISED
+_BAD_INPUT: Final = BAD_INPUT
+_UNSTARTED: Final = UNSTARTED
+_TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+_sleep: Final = asyncio.sleep
 _running_loop: Final = asyncio.get_running_loop
 _wants_attempts: Final = Reporter.wants_attempts
 
@@ -34,8 +44,48 @@ JITTER_SEED: ContextVar[int | None] = ContextVar("sdax_hamilton_jitter_seed", de
 INSTANT_RETRIES: ContextVar[bool] = ContextVar("sdax_hamilton_instant_retries", default=False)
 """Set by ``sdax_hamilton.testing.instant_retries``: retry waits of runs opened meanwhile are 0."""
 
+NEVER_ENTERED: Final = (
+    "sdax_hamilton: __aexit__ of an open() context that was never entered: use it as "
+    "`async with plan.open(...) as values:` (its __aenter__ runs the forward phase, its "
+    "__aexit__ the releases)"
+)
+"""Why ``__aexit__`` of an ``open()`` context is refused before ``__aenter__``."""
+
 PHASE_TASK_NAME: Final = "sdax_hamilton run"
 """The name of a run's phase tasks (a name given costs less than ``Task-N`` on 3.11)."""
+
+_IN_RUN: Final[ContextVar[bool]] = ContextVar("sdax_hamilton_in_run", default=False)
+"""Set in each phase task's context (a copy of its caller's): what runs in it, or in a task
+made from it, is inside a run, and a run it starts is nested (``_check_room``)."""
+_in_run: Final = _IN_RUN.get
+
+ROOM: Final = 100
+"""The frames a run needs below the recursion limit to carry itself out, whatever its nodes
+raise (its bookkeeping, logging and releases): a nested run started with less is refused."""
+
+
+def _check_room() -> None:
+    """Refuse a run started too close to the recursion limit, before anything runs.
+
+    A run inside a run's node (a plan run recursively, say) starts its phase eagerly, one
+    stack deeper each time; with no room left below the limit, the run's own bookkeeping
+    would fail part-way and leave its acquisitions to a salvage (``_salvage``). Refused
+    here, it is the node's ``RecursionError``, which the enclosing run handles with the
+    room this keeps (docs/contract.md#hostile-run). Asked only of nested runs."""
+    # The recursion counter of C calls (on 3.11 Python frames count against it too; from
+    # 3.12 it has a limit of its own, which nested eager tasks can reach first).
+    if _core.has_room(ROOM):
+        if sys.version_info < (3, 12):
+            return
+        # From 3.12 the recursion limit counts Python frames alone.
+        try:
+            sys._getframe(sys.getrecursionlimit() - ROOM)
+        except ValueError:
+            return
+    raise RecursionError(
+        f"sdax_hamilton: a run nested in another started within {ROOM} levels of the "
+        f"recursion limit ({sys.getrecursionlimit()}): too deep to carry it out, nothing ran"
+    )
 
 
 if sys.version_info >= (3, 12):
@@ -48,9 +98,13 @@ if sys.version_info >= (3, 12):
         factory: a phase that never suspends (small graphs with quick nodes) is over before
         this returns, without a loop iteration; the caller then handles it as under an eager
         task factory (``RunContext._phase``, tests/test_driver_loops.py)."""
-        if loop.get_task_factory() is None:
-            return asyncio.Task(coordinator, loop=loop, eager_start=True, name=PHASE_TASK_NAME)
-        return loop.create_task(coordinator, name=PHASE_TASK_NAME)
+        try:
+            if loop.get_task_factory() is None:
+                return asyncio.Task(coordinator, loop=loop, eager_start=True, name=PHASE_TASK_NAME)
+            return loop.create_task(coordinator, name=PHASE_TASK_NAME)
+        except BaseException:
+            coordinator.close()  # never started (a RecursionError near the limit, say)
+            raise
 
 else:
     # ``asyncio.current_task`` is Python code on 3.11; the table it reads is C's.
@@ -88,6 +142,14 @@ else:
         attrs["call_soon"] = catcher
         try:
             task = asyncio.Task(coordinator, loop=loop, name=PHASE_TASK_NAME)
+        except BaseException:
+            # The constructor failed after handing over its step (3.11 registers the task
+            # in Python code after ``call_soon``: a RecursionError near the limit). The
+            # catcher is left empty for the thread's next run, and the task, which will
+            # never run, is dropped without a warning.
+            _drop_caught(catcher.take())
+            coordinator.close()
+            raise
         finally:
             del attrs["call_soon"]
         caught = catcher.take()
@@ -99,10 +161,23 @@ else:
             _leave_task(loop, caller)
         try:
             context.run(step)
+        except BaseException:
+            if task.done():
+                raise
+            # The step was refused before it ran (the recursion limit is checked when it is
+            # called): queue it as the constructor would have; the caller waits for it.
+            loop.call_soon(step, context=context)
         finally:
             if caller is not None:
                 _enter_task(loop, caller)
         return task
+
+    def _drop_caught(caught: tuple[Any, Any] | None) -> None:
+        """Silence the task of a step caught from a constructor that then failed."""
+        if caught is not None:
+            task = getattr(caught[0], "__self__", None)
+            if isinstance(task, asyncio.Task):
+                task._log_destroy_pending = False  # type: ignore[attr-defined]
 
 
 def open_run(
@@ -114,6 +189,7 @@ def open_run(
     observer: object = None,
     timeout: float | None = None,
     carrier: _core.Carrier | None = None,
+    body: bool = False,
 ) -> RunContext:
     """One execution of ``plan`` as an async context manager (docs/api.md, "execute and
     open").
@@ -127,13 +203,14 @@ def open_run(
     core's ``Run`` option). ``timeout`` is the forward phase's budget in seconds (already
     checked, ``None`` for none), measured from entering the context. ``carrier`` (the
     plan's, from ``carrier_of(nodes)``) lets the core's ``Run`` carry out lone STARTs
-    itself (docs/internals.md, "How the driver carries out STARTs").
+    itself (docs/internals.md, "How the driver carries out STARTs"). ``body``: the run is
+    ``open()``'s, whose context may be dropped without being exited (``HeldRun``).
     """
     observers = None if observer is None else observers_of(observer)
     test_seed = JITTER_SEED.get()
     if test_seed is not None:
         seed = test_seed
-    return RunContext(
+    return (HeldRun if body else RunContext)(
         plan, nodes, values, outputs, seed, observers, INSTANT_RETRIES.get(), timeout, carrier
     )
 
@@ -141,7 +218,10 @@ def open_run(
 class RunContext(OutcomeHandling):
     """One run; the async context manager returned by :func:`open_run`."""
 
-    __slots__ = ()
+    __slots__ = ("_held", "_salvaging")
+
+    _held: bool  # entered, the forward phase over, and not exited yet (``open()``'s body)
+    _salvaging: bool  # ``_salvage`` began (set only then)
 
     # ----------------------------------------------------------------- context protocol
 
@@ -150,8 +230,10 @@ class RunContext(OutcomeHandling):
         await self._phase(self._coordinate(None), False)
         if self._record is None:
             values = self._values
+            self._held = True
             return {name: values[name] for name in self._outputs}
-        await self._cleanup()
+        if not self._shutting:  # a salvaged forward phase has carried out its releases
+            await self._cleanup()
         self._fail_run()
 
     async def execute(self) -> dict[str, Any]:
@@ -211,8 +293,11 @@ class RunContext(OutcomeHandling):
         else:  # a keyword argument costs a run ~0.15 µs in the bindings
             self._run = _core.Run(self._plan, self._seed)
         loop = self._loop = _running_loop()
-        if _task_of(loop) is None:
+        caller = _task_of(loop)
+        if caller is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
+        if _in_run():
+            _check_room()  # a run inside a run's node: runs nest on one stack
         budget = self._budget
         if budget is not None:
             # The core decides from the deadline; we tell it the time before each event.
@@ -236,6 +321,9 @@ class RunContext(OutcomeHandling):
         exc: BaseException | None,
         traceback: types.TracebackType | None,
     ) -> bool:
+        if not self._entered:
+            raise RuntimeError(NEVER_ENTERED)
+        self._held = False
         try:
             if exc is not None:
                 self._failures().body_raised(exc)
@@ -366,11 +454,34 @@ class RunContext(OutcomeHandling):
         if internal is not None:
             # run_finished was emitted when the coordinator gave up
             self._drop_listeners()
-            self._dispose()
+            if self._shutting or getattr(self, "_salvaging", False):
+                self._dispose()
+            else:
+                # Too deep even to begin the salvage (``_coordinate``): it runs in a task of
+                # its own, from the loop; the caller gets the failure now.
+                self._salvage_detached(internal)
             try:
                 raise internal
             finally:
                 del internal
+
+    def _salvage_detached(self, exc: BaseException) -> None:
+        try:  # the task is created from the loop: a task failing to be made here would warn
+            self._loop.call_soon(self._salvage_task, exc)
+        except BaseException:
+            pass
+
+    def _salvage_task(self, exc: BaseException) -> None:
+        self._loop.create_task(self._salvage_in_task(exc), name=PHASE_TASK_NAME)
+
+    async def _salvage_in_task(self, exc: BaseException) -> None:
+        self._task = _task_of(self._loop)
+        try:
+            if not await self._salvage(exc):
+                self._abandon(exc)
+        finally:
+            del self._task
+            self._dispose()
 
     async def _take_pending_cancellation(self, shutdown: bool) -> None:
         """Yield once: the caller may have a cancellation pending (``cancelling()`` counts
@@ -405,17 +516,18 @@ class RunContext(OutcomeHandling):
         shutdown phase for ``execute()``; or the shutdown phase alone, from the core's
         first shutdown ``commands``. Carries out commands until the phase is quiescent."""
         self._began = True
-        loop = self._loop
-        task = _task_of(loop)
-        assert task is not None
-        self._task = task  # the phase's task: inline attempts and their timeouts use it
-        carrier = self._carrier
         run = self._run
-        # With a carrier, the core's Run carries out lone STARTs in this task.
         carrying = None
-        if carrier is not None:
-            carrying = (carrier, self._values, self._acquisitions, task, loop.time)
         try:
+            _IN_RUN.set(True)  # this task's own context: never the caller's
+            loop = self._loop
+            task = _task_of(loop)
+            assert task is not None
+            self._task = task  # the phase's task: inline attempts and their timeouts use it
+            carrier = self._carrier
+            # With a carrier, the core's Run carries out lone STARTs in this task.
+            if carrier is not None:
+                carrying = (carrier, self._values, self._acquisitions, task, loop.time)
             if commands is None:
                 if self._begin_forward(carrying):
                     await self._drive(False)
@@ -436,20 +548,39 @@ class RunContext(OutcomeHandling):
             commands = None
             await self._drive(True)
         except BaseException as exc:  # nothing escapes a task into the loop
-            self._abandon(exc)
+            # First, with no call that could fail: the caller sees a failure, never outputs
+            # that were not stored.
             self._internal = exc
+            try:
+                await self._give_up(exc)
+            except BaseException:
+                pass
         finally:
-            # The phase's task ends: its inline timer goes, no inline attempt is left to use
-            # the task, and the caller is woken.
-            timer = self._inline_timer if self._tables else None
-            if timer is not None:
-                self._inline_timer = None
-                timer.cancel()
-            if carrying is not None:
-                carrying = None
-                run.carry_with(None)  # the Run refers to this task no more
-            del self._task
-            self._phase_over_now()
+            try:
+                self._phase_task_ends(carrying is not None)
+            finally:
+                # The caller is woken whatever failed above (``_phase_over_now``, no call).
+                self._phase_over = True
+                done = self._phase_done
+                if done is not None and not done.done():
+                    done.set_result(None)
+
+    def _phase_task_ends(self, carrying: bool) -> None:
+        """The phase's task ends: its inline timer goes, and no inline attempt is left to
+        use the task."""
+        timer = self._inline_timer if self._tables else None
+        if timer is not None:
+            self._inline_timer = None
+            timer.cancel()
+        if carrying:
+            self._run.carry_with(None)  # the Run refers to this task no more
+        del self._task
+
+    async def _give_up(self, exc: BaseException) -> None:
+        """The coordinator failed with ``exc``: in the forward phase the run is salvaged
+        (``_salvage``); otherwise, or if that fails, everything started is stopped."""
+        if self._shutting or not await self._salvage(exc):
+            self._abandon(exc)
 
     def _begin_forward(self, carrying: Any) -> bool:
         """Start the forward phase, carried out with ``carrying`` (``Run.carry_with``'s
@@ -506,6 +637,110 @@ class RunContext(OutcomeHandling):
                     self._failures().caller_cancelled(exc, False)
                 self._execute(run.cancel())
 
+    async def _salvage(self, exc: BaseException) -> bool:
+        """The forward phase's own bookkeeping failed with ``exc`` (a ``RecursionError`` or
+        ``MemoryError`` near the interpreter's limits, say): stop every attempt, wait for
+        them, and carry out every release owed all the same, in dependency order (the
+        core's ``Run.abandon``), from a fresh step of this task, out of the depth that
+        failed. ``exc`` is then a failure of the run like a node's (a termination its
+        primary), and the run ends as a failed one. False when even that failed: the run
+        is abandoned as before, ``exc`` raised as is."""
+        self._salvaging = True
+        try:
+            try:
+                await _sleep(0)  # leave the depth that failed
+            except _CancelledError:
+                pass  # ours, passed on (the caller's own is recorded) or a timeout's
+            in_flight = self._stop_everything()
+            await self._wait_stopped()
+            failures = self._failures()
+            if isinstance(exc, _TERMINATION):
+                failures.terminate(exc)
+            else:
+                where = f" while {', '.join(in_flight)} ran" if in_flight else ""
+                add_note_once(
+                    exc,
+                    f"sdax_hamilton: the run could not go on{where} ({type(exc).__name__} in "
+                    "its own bookkeeping); its attempts were stopped and its releases carried "
+                    "out",
+                )
+                failures.failed(exc)
+            self._internal = None
+            self._shutting = True
+            self._execute(self._run.abandon())
+            await self._drive(True)
+            return True
+        except BaseException:
+            return False
+
+    def _stop_everything(self) -> list[str]:
+        """``_salvage``: cancel every attempt and retry wait; what was in flight, named."""
+        if not self._tables:
+            self._make_tables()
+        run = self._run
+        run.carry_with(None)  # every release is the driver's: see them all end
+        n = self._n
+        nodes = self._nodes
+        in_flight = [
+            repr(nodes[job].name) if job < n else f"the release of {nodes[job - n].name!r}"
+            for job, attempt in enumerate(self._running)
+            if attempt is not None
+        ]
+        for job, attempt in enumerate(self._running):
+            if attempt is None:
+                continue
+            unlaunched = attempt.task is None and attempt.state == _CALLED
+            self._cancel(job)
+            if unlaunched and type(attempt.aw) is _CoroutineType:
+                attempt.aw.close()  # never awaited: its body never ran
+                self._running[job] = None
+                if job < n and attempt.number == 0:
+                    self._acquisitions[job] = None
+                    run.unstarted(job)  # no release owed for it
+        self._fresh.clear()
+        for handle in self._sleeps:
+            if handle is not None:
+                handle.cancel()
+        self._sleeps = [None] * (2 * n)
+        self._sleeping = 0
+        timer = self._inline_timer
+        if timer is not None:
+            self._inline_timer = None
+            timer.cancel()
+        return in_flight
+
+    async def _wait_stopped(self) -> None:
+        """``_salvage``: wait for the stopped attempts to end. What they tell is kept (an
+        outcome recorded, a returned acquisition kept for its release); nothing is reported
+        to the core, which is told next that the forward phase is over."""
+        events = self._events
+        while True:
+            while events:
+                self._salvaged(events.popleft())
+            if self._live == 0:
+                return
+            waiter = self._waiter = self._loop.create_future()
+            try:
+                await waiter
+            except _CancelledError:
+                self._waiter = None
+
+    def _salvaged(self, event: Any) -> None:
+        """An event of an attempt stopped by ``_salvage``: what it tells is kept."""
+        kind, attempt, payload = event
+        if attempt is None or not isinstance(attempt, Attempt) or attempt.job >= self._n:
+            return
+        job = attempt.job
+        self._running[job] = None
+        if kind == _RETURNED:
+            if self._nodes[job].release is not None:
+                self._acquisitions[job] = Acquisition(payload, self._nodes[job].output_type)
+        elif kind == _RAISED or kind == _BAD_INPUT:
+            if not isinstance(payload, _CancelledError):
+                self._failures().failed(payload)
+        elif kind == _UNSTARTED and type(attempt.aw) is _CoroutineType:
+            attempt.aw.close()
+
     def _abandon(self, exc: BaseException) -> None:
         """Internal failure of the coordinator: stop everything we started (best effort)."""
         self._report().run_finished(exc)
@@ -544,3 +779,61 @@ class RunContext(OutcomeHandling):
         if attempt is not None and attempt.timed_out:
             return  # already cancelled once, by its timeout: aborted once it has drained
         task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline
+
+
+class HeldRun(RunContext):
+    """An ``open()`` run: a ``RunContext`` that notices being dropped while held.
+
+    A context entered and never exited holds what its nodes acquired. When it is collected
+    it says so with a ``ResourceWarning`` naming the owned nodes still held (as asyncio
+    warns about a coroutine never awaited) and, while its loop is open, carries out its
+    releases in a task of their own, as its ``__aexit__`` would have (as asyncio closes an
+    async generator dropped unfinished). ``execute()`` never holds a run: its runs are
+    plain ``RunContext``s, with no finalizer to call.
+    """
+
+    __slots__ = ()
+
+    def __del__(self) -> None:
+        if not getattr(self, "_held", False):
+            return
+        self._held = False
+        try:
+            self._dropped()
+        except BaseException:  # dropped near the recursion limit, say: a finalizer cannot raise
+            pass
+
+    def _dropped(self) -> None:
+        n = self._n
+        nodes = self._nodes
+        held = [
+            nodes[job].name
+            for job, record in enumerate(self._acquisitions[:n])
+            if record is not None and nodes[job].release is not None
+        ]
+        loop = self._loop
+        releasing = False
+        if held and not loop.is_closed():
+            try:  # first: a warning filter may turn the warning into an error
+                loop.call_soon_threadsafe(self._release_dropped)
+                releasing = True
+            except RuntimeError:  # closed meanwhile (another thread)
+                pass
+        warnings.warn(
+            "sdax_hamilton: an open() context was dropped while entered, never exited; "
+            f"it held {held or 'no resource'}"
+            + ("; its releases run now, in a task" if releasing else "")
+            + ". Exit it: `async with plan.open(...) as values:`",
+            ResourceWarning,
+            stacklevel=2,
+            source=self,
+        )
+
+    def _release_dropped(self) -> None:
+        self._loop.create_task(self._exit_dropped(), name=PHASE_TASK_NAME)
+
+    async def _exit_dropped(self) -> None:
+        try:
+            await self.__aexit__(None, None, None)
+        except Exception:  # logged as each release failed; nobody to raise it to
+            pass

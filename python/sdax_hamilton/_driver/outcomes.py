@@ -114,11 +114,21 @@ class OutcomeHandling(AttemptMechanics):
         assert check is not None
         try:
             ok = check(value)
-        except Exception as broken:  # a broken checker is this node's failure
+        except BaseException as broken:  # a broken checker is this node's failure
+            # (a KeyboardInterrupt out of a metaclass's ``__instancecheck__`` stops the run)
             self._fail(attempt, broken, False)
             return False
         if not ok:
-            invalid = invalid_output(node.name, node.origin, node.output_type, value)
+            try:
+                invalid: BaseException = invalid_output(
+                    node.name, node.origin, node.output_type, value
+                )
+            except BaseException as hostile:  # user code describing the type (a ``repr``)
+                invalid = (
+                    hostile
+                    if isinstance(hostile, _TERMINATION)
+                    else TypeError(f"Invalid output from {node.name} ({node.origin})")
+                )
             self._fail(attempt, invalid, False)
         return ok
 
@@ -156,7 +166,12 @@ class OutcomeHandling(AttemptMechanics):
             exc = TimeoutError()
         # A CancelledError the attempt raised by itself, KeyboardInterrupt and SystemExit are
         # never in a validated set, so they are never retried.
-        self._fail(attempt, exc, is_retryable(exc, retryable_set))
+        try:
+            retryable = is_retryable(exc, retryable_set)
+        except BaseException as hostile:  # a metaclass ``__instancecheck__`` in the set
+            retryable = False
+            self._user_code_raised(exc, hostile, keep=True)
+        self._fail(attempt, exc, retryable)
 
     def _fail(self, attempt: Attempt, exc: BaseException, retryable: bool) -> None:
         """Report a failed attempt; the core decides whether it is retried and when."""
@@ -203,7 +218,7 @@ class OutcomeHandling(AttemptMechanics):
                 self._failures().terminate(hook_error)
                 self._execute(run.cancel())
             else:  # kept with the failure it was asked about (``failures(exc)``)
-                attach_failures(exc, (hook_error,))
+                self._attach(exc, hook_error)
             if self._deadline is not None:
                 run.clock(self._loop.time())
             delay, commands = run.hint_failed(job)
@@ -260,10 +275,7 @@ class OutcomeHandling(AttemptMechanics):
                     )
                 break
         for note in notes:
-            try:
-                add_note_once(exc, note)
-            except Exception:  # pragma: no cover - a user object with a broken __notes__
-                pass
+            self._note(exc, note)
         return skipped
 
     def _expired(self, job: int, attempt_number: int) -> None:
@@ -317,9 +329,37 @@ class OutcomeHandling(AttemptMechanics):
             note = f"sdax_hamilton: {subject} failed before its first attempt"
         else:
             note = f"sdax_hamilton: {subject} failed after {plural(attempts)}"
-        try:
-            add_note_once(exc, note)
-        except Exception:  # pragma: no cover - a user object with a broken __notes__
-            pass
+        self._note(exc, note)
         self._report().failed_for_good(job, exc, attempts)
         self._failures().failed(exc)
+
+    def _note(self, exc: BaseException, note: str) -> None:
+        """Add ``note`` to ``exc``, which runs its class's ``add_note`` (user code)."""
+        try:
+            add_note_once(exc, note)
+        except BaseException as hostile:
+            self._user_code_raised(exc, hostile)
+
+    def _attach(self, exc: BaseException, item: BaseException) -> None:
+        """Keep ``item`` with ``exc`` (``failures(exc)``), which notes it on ``exc``."""
+        try:
+            attach_failures(exc, (item,))
+        except BaseException as hostile:
+            self._user_code_raised(exc, hostile)
+
+    def _user_code_raised(
+        self, exc: BaseException, hostile: BaseException, keep: bool = False
+    ) -> None:
+        """User code the driver ran about ``exc`` (its ``add_note``, a metaclass's
+        ``__instancecheck__`` of a retryable class) raised ``hostile``: a
+        ``KeyboardInterrupt``/``SystemExit`` stops the run as out of a node would, and
+        releases still run; anything else costs only what was asked (a note), or with
+        ``keep`` is kept with ``exc`` (``failures(exc)``)."""
+        if isinstance(hostile, _TERMINATION):
+            self._terminated(hostile)
+        elif keep and hostile is not exc:
+            try:
+                attach_failures(exc, (hostile,))
+            except BaseException as again:
+                if isinstance(again, _TERMINATION):
+                    self._terminated(again)

@@ -85,7 +85,19 @@ class FailureRecord:
         primary = self.primary
         if primary is not None:
             if self.secondary:
-                attach_failures(primary, self.secondary)
+                try:
+                    attach_failures(primary, self.secondary)
+                except BaseException as hostile:  # the primary's own ``add_note`` raised
+                    if not isinstance(hostile, _TERMINATION):
+                        return primary  # kept without the note
+                    # A KeyboardInterrupt/SystemExit: it stops the run as out of a node.
+                    self.terminate(hostile)
+                    primary = self.primary
+                    assert primary is not None
+                    try:
+                        attach_failures(primary, self.secondary)
+                    except BaseException:
+                        pass
             return primary
         if self.secondary:
             return failure_group(self.secondary)
