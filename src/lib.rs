@@ -16,6 +16,7 @@ mod graph;
 mod inputs;
 mod policy;
 mod run;
+mod shared;
 mod step;
 
 use pyo3::prelude::*;
@@ -25,6 +26,7 @@ use graph::{PyGraph, PyPlan};
 use inputs::InputTable;
 use policy::{_make_policy, run_budget, PyPolicy};
 use run::PyRun;
+use shared::{PyBulkhead, PyCircuitBreaker, PyRetryBudget};
 use step::StepCatcher;
 
 /// Rust core of sdax_hamilton: policy validation and jitter, graph compilation and
@@ -54,6 +56,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyCarrier>()?;
     m.add_class::<StepCatcher>()?;
     m.add_class::<InputTable>()?;
+    m.add_class::<PyBulkhead>()?;
+    m.add_class::<PyCircuitBreaker>()?;
+    m.add_class::<PyRetryBudget>()?;
     m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
     m.add_function(wrap_pyfunction!(step::has_room, m)?)?;

@@ -13,7 +13,7 @@ const MODULE: &str = "sdax_hamilton._core";
 
 /// `repr(obj)` for messages; falls back to the type name when `repr` itself fails (the
 /// error being reported must not be replaced by an error of the value's `__repr__`).
-fn safe_repr(obj: &Bound<'_, PyAny>) -> String {
+pub(crate) fn safe_repr(obj: &Bound<'_, PyAny>) -> String {
     match obj.repr() {
         Ok(s) => {
             let s = s.to_string();
@@ -36,7 +36,7 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// `type(obj) in (int, float)`: bool and other subclasses excluded.
-fn is_plain_number(obj: &Bound<'_, PyAny>) -> bool {
+pub(crate) fn is_plain_number(obj: &Bound<'_, PyAny>) -> bool {
     obj.is_exact_instance_of::<PyInt>() || obj.is_exact_instance_of::<PyFloat>()
 }
 
@@ -45,7 +45,7 @@ fn number_value(obj: &Bound<'_, PyAny>) -> f64 {
     obj.extract::<f64>().unwrap_or(f64::INFINITY)
 }
 
-fn check_number(
+pub(crate) fn check_number(
     obj: &Bound<'_, PyAny>,
     name: &str,
     requirement: &str,

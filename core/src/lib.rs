@@ -2,7 +2,8 @@
 //!
 //! * [`policy`]: attempt policies, retry decision, jittered exponential backoff;
 //! * [`graph`]: graph compilation, selection, topological and shutdown structure;
-//! * [`run`]: the per-run state machine driven by events, answering with commands.
+//! * [`run`]: the per-run state machine driven by events, answering with commands;
+//! * [`shared`]: bulkheads, circuit breakers and retry budgets shared across runs.
 
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations)]
@@ -10,6 +11,7 @@
 pub mod graph;
 pub mod policy;
 pub mod run;
+pub mod shared;
 
 pub use graph::{Graph, GraphError, NodeDef, Plan};
 pub use policy::{Policy, PolicyError};

@@ -13,6 +13,7 @@ from ._failures import ExecutionError, RetryableException, failures
 from ._hamilton import Driver
 from ._observe import NodeReport, RunEvent, RunReport
 from ._plan import PreparedPlan
+from ._resilience import Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen, RetryBudget
 
 try:
     __version__: str = _metadata.version("sdax-hamilton")
@@ -21,10 +22,15 @@ except _metadata.PackageNotFoundError:  # pragma: no cover - running from a bare
 
 __all__ = [
     "Acquisition",
+    "Bulkhead",
+    "BulkheadFull",
+    "CircuitBreaker",
+    "CircuitOpen",
     "Driver",
     "ExecutionError",
     "NodeReport",
     "PreparedPlan",
+    "RetryBudget",
     "RetryableException",
     "RunEvent",
     "RunReport",

@@ -9,7 +9,7 @@ and the order of releases (the one the plan picture draws) are all the core's.
 """
 
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Final, final
+from typing import Any, Final, Literal, final
 
 __version__: Final[str]
 
@@ -359,3 +359,98 @@ def run_budget(timeout: object) -> float | None:
     """Check a run's ``timeout`` (the forward phase's budget in seconds) and return it:
     ``None`` for none (``None`` or ``inf``); an int/float (not bool) ``>= 0`` otherwise.
     ``TypeError`` for another type, ``ValueError`` for a negative value or NaN."""
+
+# Shared state across runs (docs/contract.md#shared-objects). Every method taking ``now`` is handed
+# ``time.monotonic()`` by the caller; the core never reads a clock. One lock per object.
+
+@final
+class Bulkhead:
+    """Permits for at most ``max_concurrent`` calls at once; up to ``max_waiting`` callers
+    queued first in, first out. ``TypeError``/``ValueError`` as docs/contract.md#shared-objects."""
+
+    def __new__(cls, max_concurrent: int, max_waiting: int, name: str | None) -> Bulkhead: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def max_concurrent(self) -> int: ...
+    @property
+    def max_waiting(self) -> int: ...
+    @property
+    def in_use(self) -> int:
+        """Permits out, those granted to a waiter not yet claimed included."""
+    @property
+    def waiting(self) -> int:
+        """Callers queued for a permit."""
+    def try_acquire(self) -> Literal["granted", "rejected"] | int:
+        """``"granted"``: a permit is taken (give it back with ``release``);
+        ``"rejected"``: fail with ``BulkheadFull``; an int: queued as this waiter id."""
+    def release(self) -> int | None:
+        """Give a permit back: the id of the waiter it went to (wake it), or ``None``.
+        ``RuntimeError`` when no permit is out."""
+    def claim(self, waiter: int) -> bool:
+        """A woken waiter takes its permit; ``False``: it holds none."""
+    def cancel_waiter(self, waiter: int) -> int | None:
+        """The waiter goes away, queued or granted; the id of a waiter its permit went
+        to (wake it), or ``None``."""
+
+@final
+class CircuitBreaker:
+    """Closed, open for ``break_for`` seconds, half-open with up to ``probes`` probes
+    (docs/contract.md#circuit-breaker). ``TypeError``/``ValueError`` as
+    docs/contract.md#shared-objects."""
+
+    def __new__(
+        cls,
+        failure_ratio: float,
+        min_calls: int,
+        window: float,
+        break_for: float,
+        probes: int,
+        name: str | None,
+    ) -> CircuitBreaker: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def failure_ratio(self) -> float: ...
+    @property
+    def min_calls(self) -> int: ...
+    @property
+    def window(self) -> float: ...
+    @property
+    def break_for(self) -> float: ...
+    @property
+    def probes(self) -> int: ...
+    def state(self, now: float) -> Literal["closed", "open", "half_open"]: ...
+    def outcomes(self, now: float) -> tuple[int, int]:
+        """``(successes, failures)`` recorded within the window at ``now``."""
+    def admit(self, now: float) -> tuple[int | float | None, Literal["half_open"] | None]:
+        """``(admission, transition)``: ``None`` = go ahead; an int = go ahead as this
+        probe (hand it to ``record`` or ``forget_probe``); a float = rejected, the
+        ``retry_after``. Transition ``"half_open"`` when this call ended the break."""
+    def record(
+        self, now: float, success: bool, probe: int | None
+    ) -> Literal["open", "closed"] | None:
+        """The outcome of an admitted attempt; the transition it caused, if any."""
+    def forget_probe(self, probe: int) -> None:
+        """A probe ended with nothing to record: its place goes to another attempt."""
+
+@final
+class RetryBudget:
+    """Retries at most ``ratio`` * first attempts + ``min_per_second`` * ``window``
+    within the trailing window (docs/contract.md#retry-budget)."""
+
+    def __new__(cls, ratio: float, min_per_second: float, window: float) -> RetryBudget: ...
+    @property
+    def ratio(self) -> float: ...
+    @property
+    def min_per_second(self) -> float: ...
+    @property
+    def window(self) -> float: ...
+    def deposit(self, now: float) -> None:
+        """A first attempt started at ``now``."""
+    def try_take(self, now: float) -> bool:
+        """A retry wants to start: ``True`` (and counted) if the budget allows it."""
+    def available(self, now: float) -> float:
+        """Retries the budget would allow at ``now``, never below 0."""
+    def counts(self, now: float) -> tuple[int, int]:
+        """``(first attempts, retries taken)`` within the window at ``now``."""

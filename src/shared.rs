@@ -1,0 +1,415 @@
+//! Bindings of the shared objects of docs/contract.md#shared-objects (core/src/shared/):
+//! `Bulkhead`, `CircuitBreaker`, `RetryBudget`. Each holds its core state machine behind one
+//! `Mutex` (one lock per object: every run, loop and thread naming it goes through it). The Python
+//! types of the arguments are decided here, as for `Policy` (src/policy.rs); their values by the
+//! core. Every method taking `now` is handed `time.monotonic()` by the caller.
+
+use std::sync::{Mutex, MutexGuard};
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyFloat, PyInt, PyString};
+
+use sdax_core::shared::{
+    Acquire, Admission, Bulkhead, CircuitBreaker, Probe, RetryBudget, SharedError, Transition,
+};
+
+use crate::policy::{check_number, safe_repr, type_name};
+
+/// A lock never held across Python code nor a panic of ours; should it be poisoned all
+/// the same, its state is still consistent (every core method leaves it so).
+fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// An `int` argument (exactly `int`: `bool` refused), saturated to the `i64` range so that
+/// the core judges the value.
+fn int_arg(obj: &Bound<'_, PyAny>, name: &str, requirement: &str) -> PyResult<i64> {
+    if !obj.is_exact_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "Invalid {name}: {} ({}); {requirement}",
+            safe_repr(obj),
+            type_name(obj)
+        )));
+    }
+    match obj.extract::<i64>() {
+        Ok(v) => Ok(v),
+        Err(_) if obj.lt(0)? => Ok(i64::MIN),
+        Err(_) => Ok(i64::MAX),
+    }
+}
+
+/// A number argument (exactly `int` or `float`), as `f64` (an int too large for a float
+/// counts as infinite); the core judges the value.
+fn float_arg(obj: &Bound<'_, PyAny>, name: &str, requirement: &str) -> PyResult<f64> {
+    check_number(obj, name, requirement, |_| true)
+}
+
+fn name_arg(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    match obj.cast::<PyString>() {
+        Ok(s) => Ok(Some(s.to_str()?.to_owned())),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "Invalid name: {} ({}); name must be a str or None",
+            safe_repr(obj),
+            type_name(obj)
+        ))),
+    }
+}
+
+/// A core refusal as `ValueError`, showing the argument as the caller wrote it.
+fn value_error(err: SharedError, args: &[(&str, &Bound<'_, PyAny>)]) -> PyErr {
+    let shown = args
+        .iter()
+        .find(|(n, _)| *n == err.argument())
+        .map(|(_, obj)| safe_repr(obj))
+        .unwrap_or_default();
+    PyValueError::new_err(format!(
+        "Invalid {}: {shown}; {}",
+        err.argument(),
+        err.requirement()
+    ))
+}
+
+/// The requirement text of an argument (for `TypeError`s, which the core never sees).
+fn req(argument: &str) -> &'static str {
+    let probe = match argument {
+        "max_concurrent" => SharedError::MaxConcurrent(0),
+        "max_waiting" => SharedError::MaxWaiting(0),
+        "failure_ratio" => SharedError::FailureRatio(0.0),
+        "min_calls" => SharedError::MinCalls(0),
+        "window" => SharedError::Window(0.0),
+        "break_for" => SharedError::BreakFor(0.0),
+        "probes" => SharedError::Probes(0),
+        "ratio" => SharedError::Ratio(0.0),
+        _ => SharedError::MinPerSecond(0.0),
+    };
+    probe.requirement()
+}
+
+fn repr_name(name: &Option<String>) -> String {
+    match name {
+        Some(n) => format!("{n:?}"),
+        None => "None".to_owned(),
+    }
+}
+
+fn transition_str(t: Option<Transition>) -> Option<&'static str> {
+    t.map(|t| match t {
+        Transition::Opened => "open",
+        Transition::HalfOpened => "half_open",
+        Transition::Closed => "closed",
+    })
+}
+
+// ------------------------------------------------------------------------ Bulkhead
+
+/// docs/contract.md#bulkhead: permits for at most `max_concurrent` calls at once, up to
+/// `max_waiting` callers queued first in, first out.
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "Bulkhead")]
+pub(crate) struct PyBulkhead {
+    inner: Mutex<Bulkhead>,
+    name: Option<String>,
+}
+
+#[pymethods]
+impl PyBulkhead {
+    #[new]
+    #[pyo3(signature = (max_concurrent, max_waiting, name))]
+    fn py_new(
+        max_concurrent: &Bound<'_, PyAny>,
+        max_waiting: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let c = int_arg(max_concurrent, "max_concurrent", req("max_concurrent"))?;
+        let w = int_arg(max_waiting, "max_waiting", req("max_waiting"))?;
+        let name = name_arg(name)?;
+        let core = Bulkhead::new(c, w).map_err(|e| {
+            value_error(
+                e,
+                &[
+                    ("max_concurrent", max_concurrent),
+                    ("max_waiting", max_waiting),
+                ],
+            )
+        })?;
+        Ok(PyBulkhead {
+            inner: Mutex::new(core),
+            name,
+        })
+    }
+
+    #[getter]
+    fn name(&self) -> Option<String> {
+        self.name.clone()
+    }
+    #[getter]
+    fn max_concurrent(&self) -> u64 {
+        locked(&self.inner).max_concurrent()
+    }
+    #[getter]
+    fn max_waiting(&self) -> u64 {
+        locked(&self.inner).max_waiting()
+    }
+    #[getter]
+    fn in_use(&self) -> u64 {
+        locked(&self.inner).in_use()
+    }
+    #[getter]
+    fn waiting(&self) -> u64 {
+        locked(&self.inner).waiting()
+    }
+
+    /// `"granted"` (a permit is taken), `"rejected"` (fail with `BulkheadFull`), or the
+    /// waiter id (an int) under which the caller is queued.
+    fn try_acquire<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let got = locked(&self.inner).try_acquire();
+        Ok(match got {
+            Acquire::Granted => pyo3::intern!(py, "granted").clone().into_any(),
+            Acquire::Rejected => pyo3::intern!(py, "rejected").clone().into_any(),
+            Acquire::Queued(id) => id.into_pyobject(py)?.into_any(),
+        })
+    }
+
+    /// Give a permit back: the id of the waiter it went to (wake it), or `None`.
+    fn release(&self) -> PyResult<Option<u64>> {
+        locked(&self.inner)
+            .release()
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// A woken waiter takes its permit: `False` if it holds none (cancelled meanwhile).
+    fn claim(&self, waiter: u64) -> bool {
+        locked(&self.inner).claim(waiter)
+    }
+
+    /// The waiter goes away, queued or granted: the id of a waiter its permit went to
+    /// (wake it), or `None`.
+    fn cancel_waiter(&self, waiter: u64) -> Option<u64> {
+        match locked(&self.inner).cancel_waiter(waiter) {
+            sdax_core::shared::CancelWaiter::PassedOn(next) => next,
+            _ => None,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        let g = locked(&self.inner);
+        format!(
+            "Bulkhead(name={}, max_concurrent={}, max_waiting={}, in_use={}, waiting={})",
+            repr_name(&self.name),
+            g.max_concurrent(),
+            g.max_waiting(),
+            g.in_use(),
+            g.waiting()
+        )
+    }
+}
+
+// ------------------------------------------------------------------------ CircuitBreaker
+
+/// docs/contract.md#circuit-breaker: closed, open for `break_for`, half-open with up to `probes`
+/// probes.
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "CircuitBreaker")]
+pub(crate) struct PyCircuitBreaker {
+    inner: Mutex<CircuitBreaker>,
+    name: Option<String>,
+}
+
+#[pymethods]
+impl PyCircuitBreaker {
+    #[new]
+    #[pyo3(signature = (failure_ratio, min_calls, window, break_for, probes, name))]
+    fn py_new(
+        failure_ratio: &Bound<'_, PyAny>,
+        min_calls: &Bound<'_, PyAny>,
+        window: &Bound<'_, PyAny>,
+        break_for: &Bound<'_, PyAny>,
+        probes: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let r = float_arg(failure_ratio, "failure_ratio", req("failure_ratio"))?;
+        let m = int_arg(min_calls, "min_calls", req("min_calls"))?;
+        let w = float_arg(window, "window", req("window"))?;
+        let b = float_arg(break_for, "break_for", req("break_for"))?;
+        let p = int_arg(probes, "probes", req("probes"))?;
+        let name = name_arg(name)?;
+        let core = CircuitBreaker::new(r, m, w, b, p).map_err(|e| {
+            value_error(
+                e,
+                &[
+                    ("failure_ratio", failure_ratio),
+                    ("min_calls", min_calls),
+                    ("window", window),
+                    ("break_for", break_for),
+                    ("probes", probes),
+                ],
+            )
+        })?;
+        Ok(PyCircuitBreaker {
+            inner: Mutex::new(core),
+            name,
+        })
+    }
+
+    #[getter]
+    fn name(&self) -> Option<String> {
+        self.name.clone()
+    }
+    #[getter]
+    fn failure_ratio(&self) -> f64 {
+        locked(&self.inner).failure_ratio()
+    }
+    #[getter]
+    fn min_calls(&self) -> u64 {
+        locked(&self.inner).min_calls()
+    }
+    #[getter]
+    fn window(&self) -> f64 {
+        locked(&self.inner).window()
+    }
+    #[getter]
+    fn break_for(&self) -> f64 {
+        locked(&self.inner).break_for()
+    }
+    #[getter]
+    fn probes(&self) -> u64 {
+        locked(&self.inner).probes()
+    }
+
+    /// `"closed"`, `"open"` or `"half_open"` at `now`.
+    fn state(&self, now: f64) -> &'static str {
+        locked(&self.inner).state(now).as_str()
+    }
+
+    /// `(successes, failures)` recorded within the window at `now`.
+    fn outcomes(&self, now: f64) -> (u64, u64) {
+        locked(&self.inner).outcomes(now)
+    }
+
+    /// `(admission, transition)`: admission `None` (go ahead), an int (go ahead as this
+    /// probe; hand it to `record` or `forget_probe`) or a float (rejected: `retry_after`);
+    /// transition `"half_open"` when this call ended the break, else `None`.
+    fn admit<'py>(
+        &self,
+        py: Python<'py>,
+        now: f64,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<&'static str>)> {
+        let (admission, transition) = locked(&self.inner).admit(now);
+        let a = match admission {
+            Admission::Allowed { probe: None } => py.None().into_bound(py),
+            Admission::Allowed {
+                probe: Some(Probe(p)),
+            } => p.into_pyobject(py)?.into_any(),
+            Admission::Rejected { retry_after } => PyFloat::new(py, retry_after).into_any(),
+        };
+        Ok((a, transition_str(transition)))
+    }
+
+    /// The outcome of an admitted attempt (`probe` as `admit` gave it): the transition it
+    /// caused, `"open"` or `"closed"`, else `None`.
+    #[pyo3(signature = (now, success, probe))]
+    fn record(&self, now: f64, success: bool, probe: Option<u64>) -> Option<&'static str> {
+        transition_str(locked(&self.inner).record(now, success, probe.map(Probe)))
+    }
+
+    /// A probe ended with nothing to record: its place goes to another attempt.
+    fn forget_probe(&self, probe: u64) {
+        locked(&self.inner).forget_probe(Probe(probe));
+    }
+
+    fn __repr__(&self) -> String {
+        let g = locked(&self.inner);
+        format!(
+            "CircuitBreaker(name={}, failure_ratio={:?}, min_calls={}, window={:?}, \
+             break_for={:?}, probes={})",
+            repr_name(&self.name),
+            g.failure_ratio(),
+            g.min_calls(),
+            g.window(),
+            g.break_for(),
+            g.probes()
+        )
+    }
+}
+
+// ------------------------------------------------------------------------ RetryBudget
+
+/// docs/contract.md#retry-budget: retries at most `ratio` × first attempts + `min_per_second` ×
+/// `window` within the trailing window.
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "RetryBudget")]
+pub(crate) struct PyRetryBudget {
+    inner: Mutex<RetryBudget>,
+}
+
+#[pymethods]
+impl PyRetryBudget {
+    #[new]
+    #[pyo3(signature = (ratio, min_per_second, window))]
+    fn py_new(
+        ratio: &Bound<'_, PyAny>,
+        min_per_second: &Bound<'_, PyAny>,
+        window: &Bound<'_, PyAny>,
+    ) -> PyResult<Self> {
+        let r = float_arg(ratio, "ratio", req("ratio"))?;
+        let m = float_arg(min_per_second, "min_per_second", req("min_per_second"))?;
+        let w = float_arg(window, "window", req("window"))?;
+        let core = RetryBudget::new(r, m, w).map_err(|e| {
+            value_error(
+                e,
+                &[
+                    ("ratio", ratio),
+                    ("min_per_second", min_per_second),
+                    ("window", window),
+                ],
+            )
+        })?;
+        Ok(PyRetryBudget {
+            inner: Mutex::new(core),
+        })
+    }
+
+    #[getter]
+    fn ratio(&self) -> f64 {
+        locked(&self.inner).ratio()
+    }
+    #[getter]
+    fn min_per_second(&self) -> f64 {
+        locked(&self.inner).min_per_second()
+    }
+    #[getter]
+    fn window(&self) -> f64 {
+        locked(&self.inner).window()
+    }
+
+    /// A first attempt started at `now`.
+    fn deposit(&self, now: f64) {
+        locked(&self.inner).deposit(now);
+    }
+
+    /// A retry wants to start at `now`: `True` (and counted) if the budget allows it.
+    fn try_take(&self, now: f64) -> bool {
+        locked(&self.inner).try_take(now)
+    }
+
+    /// Retries the budget would allow at `now` (docs/contract.md#shared-objects), never below 0.
+    fn available(&self, now: f64) -> f64 {
+        locked(&self.inner).available(now)
+    }
+
+    /// `(first attempts, retries taken)` within the window at `now`.
+    fn counts(&self, now: f64) -> (u64, u64) {
+        locked(&self.inner).counts(now)
+    }
+
+    fn __repr__(&self) -> String {
+        let g = locked(&self.inner);
+        format!(
+            "RetryBudget(ratio={:?}, min_per_second={:?}, window={:?})",
+            g.ratio(),
+            g.min_per_second(),
+            g.window()
+        )
+    }
+}
