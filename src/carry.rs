@@ -34,6 +34,7 @@ use pyo3::types::{PyDict, PyIterator, PyList, PyString, PyTuple};
 use pyo3::{PyTraverseError, PyVisit};
 
 use crate::check::{all_pass, Check};
+use crate::seq::items;
 
 /// The opcode of a carried START handed back (outside the core's `Op` range).
 pub(crate) const CARRIED: u8 = 0x80;
@@ -67,12 +68,13 @@ struct NodeCall {
 
 type CheckSpec = (Py<PyString>, Py<PyAny>, bool);
 
-type NodeSpec = (
+/// A node's spec as given: its two lists are read by `crate::seq::items`.
+type NodeSpec<'py> = (
     Py<PyAny>,
     Py<PyString>,
-    Vec<(Py<PyString>, Py<PyString>)>,
+    Bound<'py, PyAny>,
     Option<Py<PyDict>>,
-    Vec<CheckSpec>,
+    Bound<'py, PyAny>,
     Option<(Py<PyAny>, bool)>,
     Py<PyAny>,
     bool,
@@ -98,13 +100,15 @@ impl PyCarrier {
     #[new]
     fn py_new(
         py: Python<'_>,
-        nodes: Vec<NodeSpec>,
-        releases: Vec<Option<Py<PyAny>>>,
+        nodes: &Bound<'_, PyAny>,
+        releases: &Bound<'_, PyAny>,
         acquisition: Py<PyAny>,
         isawaitable: Py<PyAny>,
         coroutine_type: Py<PyAny>,
         monotonic: Py<PyAny>,
     ) -> PyResult<Self> {
+        let nodes: Vec<NodeSpec<'_>> = items(nodes, "Carrier: nodes")?;
+        let releases: Vec<Option<Py<PyAny>>> = items(releases, "Carrier: releases")?;
         if releases.len() != nodes.len() {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
                 "Carrier: {} nodes but {} release entries",
@@ -115,7 +119,7 @@ impl PyCarrier {
         let nodes = nodes
             .into_iter()
             .map(|spec| NodeCall::new(py, spec))
-            .collect();
+            .collect::<PyResult<_>>()?;
         Ok(PyCarrier {
             nodes,
             releases,
@@ -225,9 +229,11 @@ fn step<'py>(coro: &Bound<'py, PyAny>) -> PyResult<Result<Bound<'py, PyAny>, Bou
 }
 
 impl NodeCall {
-    fn new(py: Python<'_>, spec: NodeSpec) -> Self {
+    fn new(py: Python<'_>, spec: NodeSpec<'_>) -> PyResult<Self> {
         let (call, name, args, defaults, checks, output_check, output_type, owned, positional) =
             spec;
+        let args: Vec<(Py<PyString>, Py<PyString>)> = items(&args, "Carrier: a node's args")?;
+        let checks: Vec<CheckSpec> = items(&checks, "Carrier: a node's checks")?;
         let checks: Vec<(Py<PyString>, Check)> = checks
             .into_iter()
             .map(|(keyword, check, is_class)| (keyword, Check::new((check, is_class))))
@@ -235,18 +241,26 @@ impl NodeCall {
         // Positionally: each check's keyword must be one of the arguments (it is, when
         // nothing comes from defaults); otherwise the keyword dictionary is built.
         let positional = if positional && defaults.is_none() {
-            checks
-                .iter()
-                .map(|(keyword, _)| {
-                    let keyword = keyword.bind(py);
-                    args.iter()
-                        .position(|(k, _)| k.bind(py).as_any().eq(keyword).unwrap_or(false))
-                })
-                .collect()
+            let mut indexes = Vec::with_capacity(checks.len());
+            for (keyword, _) in &checks {
+                let keyword = keyword.bind(py);
+                let mut found = None;
+                for (i, (k, _)) in args.iter().enumerate() {
+                    if k.bind(py).as_any().eq(keyword)? {
+                        found = Some(i);
+                        break;
+                    }
+                }
+                match found {
+                    Some(i) => indexes.push(i),
+                    None => break,
+                }
+            }
+            (indexes.len() == checks.len()).then_some(indexes)
         } else {
             None
         };
-        NodeCall {
+        Ok(NodeCall {
             call,
             name,
             args,
@@ -256,7 +270,7 @@ impl NodeCall {
             output_type,
             owned,
             positional,
-        }
+        })
     }
 
     /// The keyword arguments of the first attempt; `None` when one is missing or fails its

@@ -2,11 +2,11 @@
 
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyFrozenSet, PyString, PyTuple};
 
-use sdax_core::{Graph, NodeDef, Plan};
+use sdax_core::{Graph, GraphError, NodeDef, Plan};
 
 use crate::policy::{type_name, PyPolicy};
 
@@ -32,6 +32,43 @@ fn names_of(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Vec<String>> {
         }
     }
     Ok(out)
+}
+
+/// The selected names; a `str` that is not UTF-8 text (a lone surrogate) names no node, so
+/// it is an unknown selected node like any other.
+fn selected_names(obj: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    if obj.is_instance_of::<PyString>() {
+        return names_of(obj, "final_vars");
+    }
+    let mut out = Vec::new();
+    for item in obj.try_iter()? {
+        let item = item?;
+        if let Ok(s) = item.cast::<PyString>() {
+            match s.to_str() {
+                Ok(text) => out.push(text.to_owned()),
+                Err(_) => {
+                    let shown = s.to_string_lossy().into_owned();
+                    return Err(unknown_selected(&item, shown));
+                }
+            }
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "final_vars must contain str names, got {}",
+                type_name(&item)
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// `ValueError("Unknown selected node: 'x'")` carrying the name as given (attribute
+/// `_sdax_unknown`), so the caller can suggest close matches among the Driver's nodes.
+fn unknown_selected(name: &Bound<'_, PyAny>, shown: String) -> PyErr {
+    let err = PyValueError::new_err(GraphError::UnknownSelected(shown).to_string());
+    // Setting an attribute on a fresh ValueError cannot fail short of memory exhaustion;
+    // the message alone is still the right error then.
+    let _ = err.value(name.py()).setattr("_sdax_unknown", name);
+    err
 }
 
 fn node_def(item: &Bound<'_, PyAny>, position: usize) -> PyResult<NodeDef> {
@@ -107,9 +144,10 @@ impl PyGraph {
     }
 
     fn __contains__(&self, name: &Bound<'_, PyAny>) -> PyResult<bool> {
-        match name.cast::<PyString>() {
-            Ok(s) => Ok(self.core.contains(s.to_str()?)),
-            Err(_) => Ok(false),
+        // A str that is not UTF-8 text (a lone surrogate) names no node.
+        match name.cast::<PyString>().map(|s| s.to_str()) {
+            Ok(Ok(text)) => Ok(self.core.contains(text)),
+            _ => Ok(false),
         }
     }
 
@@ -124,15 +162,17 @@ impl PyGraph {
         final_vars: &Bound<'_, PyAny>,
         replaced: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyPlan> {
-        let finals = names_of(final_vars, "final_vars")?;
+        let finals = selected_names(final_vars)?;
         let replaced = match replaced {
             Some(r) => names_of(r, "replaced")?,
             None => Vec::new(),
         };
-        let plan = self
-            .core
-            .select(&finals, &replaced)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let plan = self.core.select(&finals, &replaced).map_err(|e| match e {
+            GraphError::UnknownSelected(name) => {
+                unknown_selected(PyString::new(py, &name).as_any(), name)
+            }
+            other => PyValueError::new_err(other.to_string()),
+        })?;
         PyPlan::new(py, plan)
     }
 }
@@ -178,9 +218,9 @@ impl PyPlan {
     }
 
     fn index(&self, name: &Bound<'_, PyAny>) -> PyResult<u32> {
-        let found = match name.cast::<PyString>() {
-            Ok(s) => self.core.index(s.to_str()?),
-            Err(_) => None,
+        let found = match name.cast::<PyString>().map(|s| s.to_str()) {
+            Ok(Ok(text)) => self.core.index(text),
+            _ => None,
         };
         found.ok_or_else(|| PyKeyError::new_err(name.clone().unbind()))
     }
@@ -189,16 +229,22 @@ impl PyPlan {
         self.core.shutdown_order()
     }
 
-    fn shutdown_edges(&self) -> Vec<(String, String)> {
+    fn shutdown_edges(&self) -> PyResult<Vec<(String, String)>> {
         let names = self.core.names();
-        let mut edges: Vec<(String, String)> = self
+        let name = |i: u32| {
+            names
+                .get(i as usize)
+                .cloned()
+                .ok_or_else(|| PyRuntimeError::new_err(format!("Plan.shutdown_edges: no node {i}")))
+        };
+        let mut edges = self
             .core
             .release_edges()
             .into_iter()
-            .map(|(d, o)| (names[d as usize].clone(), names[o as usize].clone()))
-            .collect();
+            .map(|(d, o)| Ok((name(d)?, name(o)?)))
+            .collect::<PyResult<Vec<_>>>()?;
         edges.sort_unstable();
-        edges
+        Ok(edges)
     }
 
     fn __len__(&self) -> usize {

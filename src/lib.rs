@@ -16,6 +16,7 @@ mod graph;
 mod inputs;
 mod policy;
 mod run;
+mod seq;
 mod shared;
 mod step;
 
@@ -24,7 +25,7 @@ use pyo3::prelude::*;
 use carry::PyCarrier;
 use graph::{PyGraph, PyPlan};
 use inputs::InputTable;
-use policy::{_make_policy, run_budget, PyPolicy};
+use policy::{_make_policy, is_number, run_budget, PyPolicy};
 use run::PyRun;
 use shared::{PyBulkhead, PyCircuitBreaker, PyRetryBudget};
 use step::StepCatcher;
@@ -61,6 +62,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRetryBudget>()?;
     m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
+    m.add_function(wrap_pyfunction!(is_number, m)?)?;
     m.add_function(wrap_pyfunction!(step::has_room, m)?)?;
     Ok(())
 }

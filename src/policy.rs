@@ -2,12 +2,13 @@
 //! validation, and the shared helpers that name values in messages.
 
 use pyo3::basic::CompareOp;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyOverflowError, PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyDict, PyFloat, PyInt, PyString, PyTuple, PyType};
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyString, PyTuple, PyType};
 
-use sdax_core::Policy;
+use sdax_core::{Number, Policy};
 
 const MODULE: &str = "sdax_hamilton._core";
 
@@ -15,16 +16,16 @@ const MODULE: &str = "sdax_hamilton._core";
 /// error being reported must not be replaced by an error of the value's `__repr__`).
 pub(crate) fn safe_repr(obj: &Bound<'_, PyAny>) -> String {
     match obj.repr() {
-        Ok(s) => {
-            let s = s.to_string();
-            if s.chars().count() > 200 {
-                let cut: String = s.chars().take(200).collect();
-                format!("{cut}...")
-            } else {
-                s
-            }
-        }
+        Ok(s) => shorten(s.to_string()),
         Err(_) => format!("<{} object>", type_name(obj)),
+    }
+}
+
+/// `text` cut after 200 characters.
+fn shorten(text: String) -> String {
+    match text.char_indices().nth(200) {
+        Some((end, _)) => format!("{}...", &text[..end]),
+        None => text,
     }
 }
 
@@ -35,14 +36,79 @@ pub(crate) fn type_name(obj: &Bound<'_, PyAny>) -> String {
         .unwrap_or_else(|_| "?".to_owned())
 }
 
-/// `type(obj) in (int, float)`: bool and other subclasses excluded.
-pub(crate) fn is_plain_number(obj: &Bound<'_, PyAny>) -> bool {
-    obj.is_exact_instance_of::<PyInt>() || obj.is_exact_instance_of::<PyFloat>()
+/// `obj` read as a number without running any of its own code
+/// (docs/contract.md#hostile-bindings): an `int` or a `float`, subclasses included
+/// (`numpy.float64` is a float), but not a `bool`; `None` for anything else. An int is read
+/// exactly, whatever its size: what its class says of it (`__index__`, `__float__`,
+/// comparisons) is not asked.
+pub(crate) fn read_number(obj: &Bound<'_, PyAny>) -> PyResult<Option<Number>> {
+    if let Ok(float) = obj.cast::<PyFloat>() {
+        return Ok(Some(Number::Float(float.value())));
+    }
+    if !obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyBool>() {
+        return Ok(None);
+    }
+    // For an int (subclasses too) this reads the value itself, never `__index__`.
+    if let Ok(i) = obj.extract::<i64>() {
+        return Ok(Some(Number::Int(i)));
+    }
+    // Beyond i64: `int`'s own methods, never a subclass's.
+    let py = obj.py();
+    let int = py.get_type::<PyInt>();
+    let negative = int
+        .getattr(intern!(py, "__lt__"))?
+        .call1((obj, 0))?
+        .is_truthy()?;
+    let magnitude = match int.getattr(intern!(py, "__float__"))?.call1((obj,)) {
+        Ok(rounded) => Some(rounded.cast::<PyFloat>()?.value().abs()),
+        Err(e) if e.is_instance_of::<PyOverflowError>(py) => None,
+        Err(e) => return Err(e),
+    };
+    Ok(Some(Number::Big {
+        negative,
+        magnitude,
+    }))
 }
 
-/// A plain int/float as f64; an int too large for a float counts as infinite.
-fn number_value(obj: &Bound<'_, PyAny>) -> f64 {
-    obj.extract::<f64>().unwrap_or(f64::INFINITY)
+/// The value of an int (of a subclass too) as a plain `int`, without its class's code.
+fn plain_int<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyInt>> {
+    if obj.is_exact_instance_of::<PyInt>() {
+        return Ok(obj.cast::<PyInt>()?.clone());
+    }
+    let py = obj.py();
+    let copy = py
+        .get_type::<PyInt>()
+        .getattr(intern!(py, "__int__"))?
+        .call1((obj,))?;
+    Ok(copy.cast_into::<PyInt>()?)
+}
+
+/// `repr(obj)` for messages; a number by its own class's `repr` (`int`'s or `float`'s),
+/// never a subclass's.
+pub(crate) fn number_repr(obj: &Bound<'_, PyAny>) -> String {
+    let py = obj.py();
+    let base = if obj.is_instance_of::<PyBool>() {
+        None
+    } else if obj.is_instance_of::<PyFloat>() {
+        Some(py.get_type::<PyFloat>())
+    } else if obj.is_instance_of::<PyInt>() {
+        Some(py.get_type::<PyInt>())
+    } else {
+        None
+    };
+    match base {
+        Some(base) if !obj.get_type().is(&base) => {
+            let text = base
+                .getattr(intern!(py, "__repr__"))
+                .and_then(|r| r.call1((obj,)))
+                .and_then(|text| Ok(text.cast_into::<PyString>()?.to_string()));
+            match text {
+                Ok(text) => shorten(text),
+                Err(_) => format!("<{} object>", type_name(obj)),
+            }
+        }
+        _ => safe_repr(obj),
+    }
 }
 
 pub(crate) fn check_number(
@@ -51,18 +117,18 @@ pub(crate) fn check_number(
     requirement: &str,
     ok: impl Fn(f64) -> bool,
 ) -> PyResult<f64> {
-    if !is_plain_number(obj) {
+    let Some(number) = read_number(obj)? else {
         return Err(PyTypeError::new_err(format!(
             "Invalid {name}: {} ({}); {requirement}",
             safe_repr(obj),
             type_name(obj)
         )));
-    }
-    let v = number_value(obj);
+    };
+    let v = number.to_f64();
     if !ok(v) {
         return Err(PyValueError::new_err(format!(
             "Invalid {name}: {}; {requirement}",
-            safe_repr(obj)
+            number_repr(obj)
         )));
     }
     Ok(v)
@@ -115,12 +181,20 @@ fn validate_retryable<'py>(obj: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py
     let interrupt = py.get_type::<pyo3::exceptions::PyKeyboardInterrupt>();
     let exit = py.get_type::<pyo3::exceptions::PySystemExit>();
     for member in tuple.iter() {
+        let class = member.cast::<PyType>()?;
         for never in [cancelled, &interrupt, &exit] {
-            if never.is_subclass(&member)? {
+            // A class that would catch one of them: equal, a superclass, a subclass (raised
+            // by a node, it is the same interruption), or one whose metaclass claims their
+            // instances.
+            let catches = never.is_subclass(&member)?
+                || class.is_subclass(never)?
+                || never.call0()?.is_instance(&member)?;
+            if catches {
                 return Err(PyValueError::new_err(format!(
                     "Invalid retryable_exceptions member: {}; {NEVER_RETRYABLE} \
-                     (a retryable class must not be, or be a superclass of, \
-                     CancelledError, KeyboardInterrupt or SystemExit)",
+                     (a retryable class must not be CancelledError, KeyboardInterrupt or \
+                     SystemExit, a superclass or a subclass of one, or claim their \
+                     instances): list the exceptions to retry, e.g. (ConnectionError,)",
                     safe_repr(&member)
                 )));
             }
@@ -158,21 +232,21 @@ impl PyPolicy {
         let (retries_obj, retries_core) = match retries {
             None => (0u32.into_pyobject(py)?.cast_into::<PyInt>()?, 0u32),
             Some(r) => {
-                if !r.is_exact_instance_of::<PyInt>() {
+                let number = read_number(r)?;
+                if !matches!(number, Some(Number::Int(_) | Number::Big { .. })) {
                     return Err(PyTypeError::new_err(format!(
                         "Invalid retries: {} ({}); {RETRIES_REQ}",
                         safe_repr(r),
                         type_name(r)
                     )));
                 }
-                if r.lt(0)? {
+                let Some(count) = number.and_then(Number::saturating_count) else {
                     return Err(PyValueError::new_err(format!(
                         "Invalid retries: {}; {RETRIES_REQ}",
-                        safe_repr(r)
+                        number_repr(r)
                     )));
-                }
-                let v = r.extract::<u32>().unwrap_or(u32::MAX);
-                (r.cast::<PyInt>()?.clone(), v)
+                };
+                (plain_int(r)?, count)
             }
         };
         // timeout
@@ -247,13 +321,21 @@ impl PyPolicy {
             "retry_after",
         ];
         if let Some(kwargs) = kwargs {
-            for (key, value) in kwargs.iter() {
-                let key = key.cast::<PyString>()?.to_str()?.to_owned();
-                match NAMES.iter().position(|n| *n == key) {
+            // A snapshot (keys and values taken together), never the dict itself: nothing
+            // read below can be changed under the loop.
+            let (keys, values) = (kwargs.keys(), kwargs.values());
+            for (key, value) in keys.iter().zip(values.iter()) {
+                let known = key
+                    .cast::<PyString>()
+                    .ok()
+                    .and_then(|k| k.to_str().ok())
+                    .and_then(|k| NAMES.iter().position(|n| *n == k));
+                match known {
                     Some(i) => args[i] = Some(value),
                     None => {
                         return Err(PyTypeError::new_err(format!(
-                            "Policy() got an unexpected keyword argument '{key}'"
+                            "Policy() got an unexpected keyword argument {}",
+                            safe_repr(&key)
                         )))
                     }
                 }
@@ -309,13 +391,12 @@ impl PyPolicy {
 
     /// `(low, high)` of the wait before retry `retry` (0-based).
     fn delay_bounds(&self, retry: &Bound<'_, PyAny>) -> PyResult<(f64, f64)> {
-        if !retry.is_instance_of::<PyInt>() || retry.lt(0)? {
+        let Some(k) = read_number(retry)?.and_then(Number::saturating_count) else {
             return Err(PyValueError::new_err(format!(
                 "Invalid retry: {}; retry must be a nonnegative integer",
-                safe_repr(retry)
+                number_repr(retry)
             )));
-        }
-        let k = retry.extract::<u32>().unwrap_or(u32::MAX);
+        };
         Ok(self.core.delay_bounds(k))
     }
 
@@ -490,8 +571,8 @@ pub(crate) fn _make_policy(
     )
 }
 
-/// Check a run's `timeout` (the forward phase's budget): `None`, or an int/float (not
-/// bool) that is `>= 0` and not NaN; `inf` means no deadline. Returns the budget as a
+/// Check a run's `timeout` (the forward phase's budget): `None`, or a number
+/// (`read_number`) that is `>= 0` and not NaN; `inf` means no deadline. Returns the budget as a
 /// float (`None` for none).
 #[pyfunction]
 pub(crate) fn run_budget(timeout: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
@@ -506,3 +587,11 @@ pub(crate) fn run_budget(timeout: &Bound<'_, PyAny>) -> PyResult<Option<f64>> {
 
 const RUN_TIMEOUT_REQ: &str =
     "the run's timeout must be a number of seconds greater than or equal to 0, or None";
+
+/// Whether `obj` is a number as the core reads one (`read_number`): an int or a float,
+/// subclasses included, not a bool. What the driver says of an unusable `retry_after`
+/// value depends on it.
+#[pyfunction]
+pub(crate) fn is_number(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    Ok(read_number(obj)?.is_some())
+}

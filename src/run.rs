@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyFloat, PyInt, PyList};
+use pyo3::types::{PyDict, PyInt, PyList};
 use pyo3::{PyTraverseError, PyVisit};
 
 use sdax_core::{Command, Failure, Hint, Op, Run};
 
 use crate::carry::{Carried, Carrying, PyCarrier, CARRIED};
 use crate::graph::PyPlan;
-use crate::policy::type_name;
+use crate::policy::{number_repr, read_number, type_name};
 
 fn run_err(e: sdax_core::RunError) -> PyErr {
     PyRuntimeError::new_err(e.to_string())
@@ -24,7 +24,8 @@ fn job_id(job: &Bound<'_, PyAny>, event: &str) -> PyResult<i64> {
         Err(e) => {
             if job.is_instance_of::<PyInt>() {
                 Err(PyRuntimeError::new_err(format!(
-                    "Run.{event}: {job} is not a job of this run"
+                    "Run.{event}: {} is not a job of this run",
+                    number_repr(job)
                 )))
             } else {
                 Err(e)
@@ -129,12 +130,16 @@ impl PyRun {
                         type_name(s)
                     )));
                 }
-                // Any int: reduced modulo 2**64.
+                // Any int: reduced modulo 2**64 (by `int`'s own `&`, never a subclass's).
                 match s.extract::<u64>() {
                     Ok(v) => Some(v),
                     Err(_) => {
-                        let mask = u64::MAX.into_pyobject(s.py())?;
-                        Some(s.bitand(mask)?.extract::<u64>()?)
+                        let py = s.py();
+                        let reduced = py
+                            .get_type::<PyInt>()
+                            .getattr(pyo3::intern!(py, "__and__"))?
+                            .call1((s, u64::MAX))?;
+                        Some(reduced.extract::<u64>()?)
                     }
                 }
             }
@@ -211,8 +216,9 @@ impl PyRun {
         Ok((retry_delay(decided), self.commands(py)?))
     }
 
-    /// What the job's `retry_after` hook returned: an int/float (not bool) is the wait,
-    /// `None` asks for the backoff, anything else is unusable (a failure for good).
+    /// What the job's `retry_after` hook returned: a number (an int or a float, subclasses
+    /// included, not a bool: read exactly, `crate::policy::read_number`) is the wait, `None`
+    /// asks for the backoff, anything else is unusable (a failure for good).
     fn hinted<'py>(
         &mut self,
         py: Python<'py>,
@@ -221,11 +227,11 @@ impl PyRun {
     ) -> PyResult<(Option<f64>, Bound<'py, PyList>)> {
         let hint = if hint.is_none() {
             Hint::Backoff
-        } else if hint.is_exact_instance_of::<PyFloat>() || hint.is_exact_instance_of::<PyInt>() {
-            // an int too large for a float is an infinite wait
-            Hint::Wait(hint.extract::<f64>().unwrap_or(f64::INFINITY))
         } else {
-            Hint::Unusable
+            match read_number(hint)? {
+                Some(number) => Hint::Wait(number.to_f64()),
+                None => Hint::Unusable,
+            }
         };
         let decided = self
             .core

@@ -8,13 +8,14 @@ use std::sync::{Mutex, MutexGuard};
 
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyFloat, PyInt, PyString};
+use pyo3::types::{PyFloat, PyString};
 
 use sdax_core::shared::{
     Acquire, Admission, Bulkhead, CircuitBreaker, Probe, RetryBudget, SharedError, Transition,
 };
 
-use crate::policy::{check_number, safe_repr, type_name};
+use crate::policy::{check_number, read_number, safe_repr, type_name};
+use sdax_core::Number;
 
 /// A lock never held across Python code nor a panic of ours; should it be poisoned all
 /// the same, its state is still consistent (every core method leaves it so).
@@ -22,25 +23,25 @@ fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// An `int` argument (exactly `int`: `bool` refused), saturated to the `i64` range so that
-/// the core judges the value.
+/// An `int` argument (subclasses too, read without their own code; `bool` refused),
+/// saturated to the `i64` range so that the core judges the value.
 fn int_arg(obj: &Bound<'_, PyAny>, name: &str, requirement: &str) -> PyResult<i64> {
-    if !obj.is_exact_instance_of::<PyInt>() {
-        return Err(PyTypeError::new_err(format!(
+    match read_number(obj)? {
+        Some(Number::Int(v)) => Ok(v),
+        Some(Number::Big { negative: true, .. }) => Ok(i64::MIN),
+        Some(Number::Big {
+            negative: false, ..
+        }) => Ok(i64::MAX),
+        _ => Err(PyTypeError::new_err(format!(
             "Invalid {name}: {} ({}); {requirement}",
             safe_repr(obj),
             type_name(obj)
-        )));
-    }
-    match obj.extract::<i64>() {
-        Ok(v) => Ok(v),
-        Err(_) if obj.lt(0)? => Ok(i64::MIN),
-        Err(_) => Ok(i64::MAX),
+        ))),
     }
 }
 
-/// A number argument (exactly `int` or `float`), as `f64` (an int too large for a float
-/// counts as infinite); the core judges the value.
+/// A number argument (an `int` or a `float`, subclasses too, not `bool`), read exactly as
+/// `f64` (docs/contract.md#hostile-bindings); the core judges the value.
 fn float_arg(obj: &Bound<'_, PyAny>, name: &str, requirement: &str) -> PyResult<f64> {
     check_number(obj, name, requirement, |_| true)
 }

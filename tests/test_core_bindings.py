@@ -155,6 +155,13 @@ def test_policy_rejects(kwargs: dict[str, Any], exc: type[Exception], fragments:
         assert fragment in str(info.value)
 
 
+class _Claiming(type):
+    """A metaclass whose classes claim every instance (``isinstance`` is all they see)."""
+
+    def __instancecheck__(cls, instance: object) -> bool:
+        return True
+
+
 @pytest.mark.parametrize(
     "never",
     [
@@ -162,7 +169,13 @@ def test_policy_rejects(kwargs: dict[str, Any], exc: type[Exception], fragments:
         asyncio.CancelledError,
         KeyboardInterrupt,
         SystemExit,
+        type("Interrupted", (KeyboardInterrupt,), {}),
+        type("Exited", (SystemExit,), {}),
+        type("Cancelled", (asyncio.CancelledError,), {}),
+        type("Both", (ValueError, KeyboardInterrupt), {}),
+        _Claiming("ClaimsEverything", (Exception,), {}),
     ],
+    ids=lambda cls: cls.__name__,
 )
 @pytest.mark.parametrize("retries", [0, 3])
 def test_cancellation_and_termination_are_never_retryable(
@@ -590,7 +603,9 @@ def test_instant_retries_are_an_option_of_the_run() -> None:
 
 
 def test_graph_refuses_forward_retries_on_an_owned_node() -> None:
-    with pytest.raises(ValueError, match=r"^Acquisition retries require attempt cleanup: conn$"):
+    with pytest.raises(
+        ValueError, match=r"^Acquisition retries require attempt cleanup: conn \(.*set retries=0"
+    ):
         Graph(
             [
                 node("plain", policy=Policy(retries=1)),

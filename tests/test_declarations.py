@@ -133,6 +133,15 @@ def test_default_set_ignores_an_sdax_class_that_could_never_be_retryable(
     assert default_retryable_exceptions() == (ConnectionError, TimeoutError, RetryableException)
 
 
+def test_default_set_ignores_an_sdax_class_that_is_an_interruption(
+    monkeypatch: pytest.MonkeyPatch, fresh_default_set: None
+) -> None:
+    fake = types.ModuleType("sdax")
+    fake.RetryableException = type("Stop", (KeyboardInterrupt,), {})  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "sdax", fake)
+    assert default_retryable_exceptions() == (ConnectionError, TimeoutError, RetryableException)
+
+
 def test_default_set_is_looked_up_once(
     monkeypatch: pytest.MonkeyPatch, fresh_default_set: None
 ) -> None:
@@ -248,6 +257,22 @@ INVALID_POLICIES: list[tuple[dict[str, Any], type[Exception], str]] = [
     ),
     (
         {"retryable_exceptions": (BaseException,), "retries": 0},
+        ValueError,
+        "External cancellation and process termination cannot be retryable",
+    ),
+    # a subclass is the same interruption: refused too (docs/contract.md#policy-validation)
+    (
+        {"retryable_exceptions": (ValueError, type("Interrupted", (KeyboardInterrupt,), {}))},
+        ValueError,
+        "External cancellation and process termination cannot be retryable",
+    ),
+    (
+        {"retryable_exceptions": (type("Exited", (SystemExit,), {}),), "retries": 3},
+        ValueError,
+        "External cancellation and process termination cannot be retryable",
+    ),
+    (
+        {"retryable_exceptions": (type("Cancelled", (asyncio.CancelledError,), {}),)},
         ValueError,
         "External cancellation and process termination cannot be retryable",
     ),

@@ -38,6 +38,18 @@ class IntSub(int):
 # ------------------------------ construction (docs/contract.md#shared-objects)
 
 
+def test_number_subclasses_are_numbers_as_for_policies() -> None:
+    # The same reading as execution(...)'s numbers (docs/contract.md#hostile-bindings): an
+    # int or float subclass (numpy's scalars are) is read by its value, a bool is refused.
+    assert Bulkhead(IntSub(2), max_waiting=IntSub(1)).in_use == 0
+    assert CircuitBreaker(failure_ratio=FloatSub(0.5), min_calls=IntSub(3)).state == "closed"
+    assert RetryBudget(ratio=FloatSub(0.1), min_per_second=IntSub(0)).available == 0.0
+    with pytest.raises(ValueError, match="Invalid max_concurrent: 0;"):
+        Bulkhead(IntSub(0))
+    with pytest.raises(ValueError, match="Invalid min_per_second: -1.0;"):
+        RetryBudget(min_per_second=FloatSub(-1.0))
+
+
 def test_defaults_follow_the_spec() -> None:
     b = Bulkhead(3)
     assert (b.max_concurrent, b.max_waiting, b.name) == (3, 0, None)
@@ -87,7 +99,6 @@ def test_bulkhead_values(kwargs: dict[str, Any], argument: str) -> None:
         ({"max_concurrent": True}, "max_concurrent"),
         ({"max_concurrent": 1.0}, "max_concurrent"),
         ({"max_concurrent": "2"}, "max_concurrent"),
-        ({"max_concurrent": IntSub(2)}, "max_concurrent"),
         ({"max_concurrent": None}, "max_concurrent"),
         ({"max_concurrent": 1, "max_waiting": False}, "max_waiting"),
         ({"max_concurrent": 1, "max_waiting": 0.0}, "max_waiting"),
@@ -141,7 +152,6 @@ def test_breaker_values(kwargs: dict[str, Any], argument: str) -> None:
     [
         ({"failure_ratio": True}, "failure_ratio"),
         ({"failure_ratio": "0.5"}, "failure_ratio"),
-        ({"failure_ratio": FloatSub(0.5)}, "failure_ratio"),
         ({"failure_ratio": None}, "failure_ratio"),
         ({"min_calls": True}, "min_calls"),
         ({"min_calls": 20.0}, "min_calls"),
@@ -190,7 +200,6 @@ def test_budget_values(kwargs: dict[str, Any], argument: str) -> None:
         ({"ratio": "0.2"}, "ratio"),
         ({"ratio": None}, "ratio"),
         ({"min_per_second": False}, "min_per_second"),
-        ({"min_per_second": FloatSub(1.0)}, "min_per_second"),
         ({"window": True}, "window"),
     ],
 )

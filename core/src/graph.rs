@@ -75,31 +75,88 @@ pub enum GraphError {
     Cycle(Vec<String>),
 }
 
+/// Characters of one name a message shows before cutting it (a name comes from user code
+/// and may be huge).
+pub const MAX_NAME: usize = 80;
+
+/// Names of a cycle shown before the rest is counted.
+pub const MAX_LISTED: usize = 10;
+
+/// `name` for a message: at most [`MAX_NAME`] characters, and the full length when cut.
+fn cut(name: &str) -> (&str, Option<usize>) {
+    match name.char_indices().nth(MAX_NAME) {
+        None => (name, None),
+        Some((end, _)) => (&name[..end], Some(name.chars().count())),
+    }
+}
+
+/// `'name'`, cut past [`MAX_NAME`] characters with its length given.
+pub fn quoted(name: &str) -> String {
+    match cut(name) {
+        (head, None) => format!("'{head}'"),
+        (head, Some(n)) => format!("'{head}'… ({n} characters)"),
+    }
+}
+
+/// `"name"` (escaped as Rust's `Debug` does), cut like [`quoted`].
+fn debug_quoted(name: &str) -> String {
+    match cut(name) {
+        (head, None) => format!("{head:?}"),
+        (head, Some(n)) => format!("{head:?}… ({n} characters)"),
+    }
+}
+
+/// `name` unquoted, cut like [`quoted`].
+fn bare(name: &str) -> String {
+    match cut(name) {
+        (head, None) => head.to_owned(),
+        (head, Some(n)) => format!("{head}… ({n} characters)"),
+    }
+}
+
 impl fmt::Display for GraphError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            GraphError::DuplicateNode(n) => write!(f, "Duplicate node name: {n:?}"),
-            GraphError::TooManyNodes(n) => write!(f, "Too many nodes: {n}"),
-            GraphError::UnknownBorrow { node, borrow } => {
-                write!(f, "Node {node:?} borrows from unknown node {borrow:?}")
+            GraphError::DuplicateNode(n) => {
+                write!(f, "Duplicate node name: {}", debug_quoted(n))
             }
+            GraphError::TooManyNodes(n) => write!(f, "Too many nodes: {n}"),
+            GraphError::UnknownBorrow { node, borrow } => write!(
+                f,
+                "Node {} borrows from unknown node {}",
+                debug_quoted(node),
+                debug_quoted(borrow)
+            ),
             GraphError::BorrowOfUnowned { node, borrow } => write!(
                 f,
-                "Node {node:?} borrows from {borrow:?}, which owns no resource"
+                "Node {} borrows from {}, which owns no resource",
+                debug_quoted(node),
+                debug_quoted(borrow)
             ),
-            GraphError::RetriedAcquisition(n) => {
-                write!(f, "Acquisition retries require attempt cleanup: {n}")
-            }
-            GraphError::UnknownSelected(n) => write!(f, "Unknown selected node: '{n}'"),
+            GraphError::RetriedAcquisition(n) => write!(
+                f,
+                "Acquisition retries require attempt cleanup: {} (it has a shutdown, and a \
+                 failed attempt may have acquired something its release would never see): \
+                 set retries=0 in its execution(...), or retry inside the function, \
+                 cleaning up after each failed try",
+                bare(n)
+            ),
+            GraphError::UnknownSelected(n) => write!(f, "Unknown selected node: {}", quoted(n)),
             GraphError::Cycle(path) => {
                 f.write_str("Dependency cycle among nodes: ")?;
-                for (i, n) in path.iter().enumerate() {
+                for (i, n) in path.iter().take(MAX_LISTED).enumerate() {
                     if i > 0 {
                         f.write_str(" -> ")?;
                     }
-                    write!(f, "'{n}'")?;
+                    f.write_str(&quoted(n))?;
                 }
-                f.write_str(" (each depends on the next)")
+                if path.len() > MAX_LISTED {
+                    write!(f, " -> … ({} nodes in all)", path.len())?;
+                }
+                f.write_str(
+                    " (each depends on the next): a node cannot depend on itself; rename a \
+                     parameter so it names another node or an input",
+                )
             }
         }
     }
@@ -709,6 +766,32 @@ mod tests {
     }
 
     #[test]
+    fn messages_are_bounded() {
+        let long = "é".repeat(1_000_000);
+        let err = GraphError::UnknownSelected(long.clone());
+        let message = err.to_string();
+        assert!(message.len() < 300, "{} bytes", message.len());
+        assert!(message.contains("(1000000 characters)"), "{message}");
+        for err in [
+            GraphError::DuplicateNode(long.clone()),
+            GraphError::RetriedAcquisition(long.clone()),
+            GraphError::UnknownBorrow {
+                node: long.clone(),
+                borrow: long.clone(),
+            },
+        ] {
+            assert!(err.to_string().len() < 800, "{err:?}");
+        }
+        let cycle: Vec<String> = (0..100_000).map(|i| format!("n{i}")).collect();
+        let message = GraphError::Cycle(cycle).to_string();
+        assert!(
+            message.contains("'n9' -> … (100000 nodes in all)"),
+            "{message}"
+        );
+        assert!(message.len() < 500);
+    }
+
+    #[test]
     fn borrows_are_dependencies() {
         let g = Graph::new(vec![
             owned("conn", &[]),
@@ -754,9 +837,11 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(err, GraphError::RetriedAcquisition("conn".into()));
-        assert_eq!(
-            err.to_string(),
-            "Acquisition retries require attempt cleanup: conn"
+        let message = err.to_string();
+        assert!(message.starts_with("Acquisition retries require attempt cleanup: conn ("));
+        assert!(
+            message.contains("set retries=0"),
+            "says what to do: {message}"
         );
         // retries on the release itself are fine
         let g = Graph::new(vec![NodeDef::new("conn", &[]).owned(retried)]);

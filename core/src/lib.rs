@@ -14,5 +14,5 @@ pub mod run;
 pub mod shared;
 
 pub use graph::{Graph, GraphError, NodeDef, Plan};
-pub use policy::{Policy, PolicyError};
+pub use policy::{Number, Policy, PolicyError};
 pub use run::{Command, Failure, Hint, JobState, Op, Run, RunError};

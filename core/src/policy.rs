@@ -4,6 +4,67 @@ use std::fmt;
 
 use rand::Rng;
 
+/// A number as the host language holds it, read exactly, before it is taken as seconds
+/// or as a count (docs/contract.md#hostile-bindings).
+///
+/// Python's ints have no bound: the bindings read one that fits `i64` as it is, and one
+/// beyond as its sign and its magnitude rounded to the nearest float (`None` beyond the
+/// float range). Every rule about numbers (the ranges of
+/// docs/contract.md#policy-validation, a run's timeout, a `retry_after` wait) applies to
+/// [`Number::to_f64`], so a huge negative int is refused wherever `-1` is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Number {
+    /// A float, as it is (NaN and the infinities included).
+    Float(f64),
+    /// An integer that fits `i64`.
+    Int(i64),
+    /// An integer beyond `i64`: its sign, and its magnitude rounded to the nearest float,
+    /// or `None` when that is beyond the float range.
+    Big {
+        /// Whether it is below zero.
+        negative: bool,
+        /// `|value|` rounded to the nearest float; `None` past `f64::MAX`.
+        magnitude: Option<f64>,
+    },
+}
+
+impl Number {
+    /// The number as a float: a float as it is, an integer rounded to the nearest float;
+    /// an integer beyond the float range is the infinity of its own sign.
+    pub fn to_f64(self) -> f64 {
+        match self {
+            Number::Float(v) => v,
+            // `as` rounds to the nearest float, as Python's `float(int)` does
+            Number::Int(i) => i as f64,
+            Number::Big {
+                negative,
+                magnitude,
+            } => {
+                let m = magnitude.map_or(f64::INFINITY, f64::abs);
+                if negative {
+                    -m
+                } else {
+                    m
+                }
+            }
+        }
+    }
+
+    /// The number as a count (of retries): `None` for a float or a negative integer; an
+    /// integer beyond `u32` saturates at `u32::MAX`.
+    pub fn saturating_count(self) -> Option<u32> {
+        match self {
+            Number::Float(_) => None,
+            Number::Int(i) if i < 0 => None,
+            Number::Int(i) => Some(u32::try_from(i).unwrap_or(u32::MAX)),
+            Number::Big { negative: true, .. } => None,
+            Number::Big {
+                negative: false, ..
+            } => Some(u32::MAX),
+        }
+    }
+}
+
 /// A validated attempt policy (docs/contract.md#policy-validation), without the exception set (that
 /// is Python's).
 ///

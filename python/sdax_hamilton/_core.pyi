@@ -197,7 +197,8 @@ class Graph:
 
         ``replaced`` nodes (config replacements and overrides) are reached but not walked
         and do not run; names in ``replaced`` that are not nodes are ignored. Raises
-        ``ValueError("Unknown selected node: 'x'")`` when a final var is not a node, and
+        ``ValueError("Unknown selected node: 'x'")`` when a final var is not a node (also one
+        that is not UTF-8 text; the name as given is the error's ``_sdax_unknown``), and
         ``ValueError`` naming the nodes of a cycle (``Dependency cycle among nodes: 'a' ->
         'b' -> 'a' ...``). A bare ``str`` for either argument is a ``TypeError``.
         """
@@ -261,7 +262,8 @@ class Run:
         """
     def hinted(self, job: int, hint: object) -> tuple[float | None, list[Command]]:
         """What the job's retry_after hook returned after a HINT; returns ``(delay,
-        commands)`` like ``failed``. An int/float (not bool) is the wait (capped by
+        commands)`` like ``failed``. An int/float (subclasses included, not bool; read
+        exactly, so a huge negative int is negative) is the wait (capped by
         ``max_delay``, no jitter; 0 with instant retries); ``None`` asks for the backoff
         wait; NaN, a negative value, an infinite one without a cap or any other object is
         unusable (BAD_HINT, the failure is final). A forward wait is checked against the
@@ -357,8 +359,13 @@ def has_room(frames: int) -> bool:
 
 def run_budget(timeout: object) -> float | None:
     """Check a run's ``timeout`` (the forward phase's budget in seconds) and return it:
-    ``None`` for none (``None`` or ``inf``); an int/float (not bool) ``>= 0`` otherwise.
-    ``TypeError`` for another type, ``ValueError`` for a negative value or NaN."""
+    ``None`` for none (``None`` or ``inf``); an int/float (subclasses included, not bool)
+    ``>= 0`` otherwise, read exactly (a huge negative int is negative). ``TypeError`` for
+    another type, ``ValueError`` for a negative value or NaN."""
+
+def is_number(obj: object) -> bool:
+    """Whether ``obj`` is a number as the core reads one: an int or a float, subclasses
+    included, not a bool."""
 
 # Shared state across runs (docs/contract.md#shared-objects). Every method taking ``now`` is handed
 # ``time.monotonic()`` by the caller; the core never reads a clock. One lock per object.

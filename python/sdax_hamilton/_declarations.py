@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Final, Generic, TypeVar, cast, final
 
+from . import _messages
 from ._core import Policy
 from ._failures import RetryableException
 from ._types import checker, describe
@@ -60,6 +61,7 @@ def default_retryable_exceptions() -> ExceptionTypes:
                 isinstance(extra, type)
                 and issubclass(extra, BaseException)
                 and not any(issubclass(never, extra) for never in _NEVER_RETRYABLE)
+                and not issubclass(extra, _NEVER_RETRYABLE)
             ):
                 found.append(extra)
         _default_retryable = tuple(found)
@@ -104,7 +106,7 @@ def _targets(target: object) -> tuple[str, ...] | None:
     if isinstance(target, str):
         if not target:
             raise ValueError("target_ must not be an empty string")
-        return (target,)
+        return (str.__str__(target),)
     if (
         isinstance(target, _BYTES_LIKE)
         or isinstance(target, Mapping)
@@ -124,9 +126,12 @@ def _targets(target: object) -> tuple[str, ...] | None:
             )
         if not name:
             raise ValueError("target_ must contain only non-empty node names, found ''")
+    names = tuple(str.__str__(name) for name in names)  # plain str: no subclass method runs
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
-        raise ValueError(f"target_ contains duplicate names: {duplicates}")
+        raise ValueError(
+            f"target_ contains duplicate names: {_messages.names(duplicates)}; name each once"
+        )
     return names
 
 

@@ -9,8 +9,11 @@ the primary by identity (never copied) and read back with :func:`failures`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from . import _messages
 
 __all__ = [
     "DIAGNOSTICS_NOTE",
@@ -41,8 +44,11 @@ class ExecutionError(ExceptionGroup[Exception]):
     """
 
     def derive(self, excs: Sequence[Exception]) -> ExecutionError:  # type: ignore[override]
-        # ``except*`` and ``split``/``subgroup`` keep the class (the leaves stay originals).
-        return ExecutionError(self.message, excs)
+        # ``except*`` and ``split``/``subgroup`` keep the class (the leaves stay originals),
+        # and the first line names the failures the part holds, when the leaves say which.
+        return ExecutionError(
+            failure_message(excs) if failed_subjects(excs) else self.message, excs
+        )
 
 
 def failures(exc: object) -> tuple[BaseException, ...]:
@@ -105,12 +111,59 @@ def attach_failures(primary: BaseException, items: Iterable[BaseException]) -> N
         pass
 
 
+_FAILED_NOTE = re.compile(r"sdax_hamilton: ((?:node|release of) '.*') failed (?:after|before) ")
+"""The note the driver adds to what a node or release raised for good (docs/lifecycle.md,
+"Failures: primary and secondary"): ``sdax_hamilton: node 'fetch' failed after 3 attempts``."""
+
+
+def failed_subjects(leaves: Iterable[BaseException]) -> list[str]:
+    """``node 'fetch' (TimeoutError)``, ``release of 'conn' (OSError)``: what each leaf's note
+    says failed, with the leaf's type, in order, each once (a leaf without such a note names
+    nothing)."""
+    subjects: dict[str, None] = {}
+    for leaf in leaves:
+        try:
+            notes = leaf.__dict__.get("__notes__")
+        except Exception:  # an exotic subclass without a usable __dict__
+            continue
+        if type(notes) is not list:
+            continue
+        for note in notes:
+            if type(note) is str and (found := _FAILED_NOTE.match(note)) is not None:
+                subject = f"{_bounded(found.group(1))} ({_messages.type_name(leaf)})"
+                subjects.setdefault(subject, None)
+                break
+    return list(subjects)
+
+
+def failure_message(leaves: Sequence[BaseException]) -> str:
+    """The first line of a failed run's group: which nodes and releases failed, with what
+    (at most a few named, the rest counted)."""
+    subjects = failed_subjects(leaves)
+    if not subjects:
+        return "sdax_hamilton execution failed"
+    named = ", ".join(subjects[: _messages.MAX_LISTED])
+    rest = len(subjects) - _messages.MAX_LISTED
+    if rest > 0:
+        named += f", … and {rest:,} more"
+    return f"sdax_hamilton execution failed: {named}"
+
+
+def _bounded(subject: str) -> str:
+    """A subject with an overlong name cut (the note quotes the name in full)."""
+    limit = _messages.MAX_NAME + 20
+    if len(subject) <= limit:
+        return subject
+    return f"{subject[:limit]}… ({len(subject):,} characters)"
+
+
 def failure_group(collected: Sequence[BaseException]) -> BaseException:
     """Build the group a failed run raises when no caller-side exception is primary.
 
     ``ExecutionError`` (one level, original leaves) when every leaf is an ``Exception``;
     otherwise (for example a node's own ``CancelledError``) a plain ``BaseExceptionGroup``.
-    The caller raises the returned object.
+    Its first line names the failed nodes and releases. The caller raises the returned
+    object.
     """
     leaves: list[BaseException] = []
     seen: set[int] = set()
@@ -118,7 +171,7 @@ def failure_group(collected: Sequence[BaseException]) -> BaseException:
         if id(item) not in seen:
             seen.add(id(item))
             leaves.append(item)
-    message = "sdax_hamilton execution failed"
+    message = failure_message(leaves)
     ordinary = [leaf for leaf in leaves if isinstance(leaf, Exception)]
     if len(ordinary) == len(leaves):
         return ExecutionError(message, ordinary)

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import heapq
 import os
 import warnings
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from . import _core
+from . import _core, _messages
 from ._driver import NEVER_ENTERED, NodeRuntime, ReleaseRuntime, RunContext, carrier_of, open_run
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
@@ -52,21 +54,53 @@ def compile_graph(nodes: Mapping[str, NodeSpec]) -> _core.Graph:
 
 
 def _names(value: object, what: str, *, allow_empty: bool) -> tuple[str, ...]:
-    """Validate a collection of node names (docs/contract.md#prepare-arguments)."""
+    """Validate a collection of node names (docs/contract.md#prepare-arguments); the names
+    as plain ``str`` (a subclass's methods are never called again)."""
     if isinstance(value, (str, bytes)):
-        raise TypeError(f"{what} must be a collection of node names, not a string")
+        example = _messages.name(value) if isinstance(value, str) else "'name'"
+        raise TypeError(
+            f"{what} must be a collection of node names, not a string; "
+            f"pass a list, e.g. {what}=[{example}]"
+        )
     if not isinstance(value, Iterable):
-        raise TypeError(f"{what} must be a collection of node names, not {type(value).__name__}")
-    names = tuple(value)
-    for name in names:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{what} must contain nonempty node names, got {name!r}")
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise ValueError(f"{what} contains duplicate names: {duplicates}")
+        raise TypeError(
+            f"{what} must be a collection of node names, not {_messages.type_name(value)}; "
+            f"pass a list, e.g. {what}=['name']"
+        )
+    names: list[str] = []
+    for item in value:
+        text = _messages.plain(item)
+        if not text:
+            shown = _messages.type_name(item) if text is None else "''"
+            raise ValueError(
+                f"{what} must contain nonempty node names, got {shown}; names are non-empty str"
+            )
+        names.append(text)
+    if len(set(names)) != len(names):
+        duplicates = [name for name, count in Counter(names).items() if count > 1]
+        raise ValueError(
+            f"{what} contains duplicate names: {_messages.names(duplicates)}; name each once"
+        )
     if not names and not allow_empty:
         raise ValueError(f"{what} must name at least one node")
-    return names
+    return tuple(names)
+
+
+def _unknown_selected(exc: ValueError, nodes: Mapping[str, NodeSpec]) -> ValueError:
+    """The core's "Unknown selected node" (src/graph.rs: it carries the name as given) with
+    what to do: a close match among the nodes, or that the name is an input (which no plan
+    can output)."""
+    wrong = exc.__dict__.get("_sdax_unknown")
+    if wrong is None:
+        return exc
+    text = _messages.plain(wrong) or ""
+    if any(inp.name == text for spec in nodes.values() for inp in spec.inputs):
+        hint = " — an input of the graph, not a node: pass it in inputs=, outputs are nodes"
+    else:
+        known = [name for name, spec in nodes.items() if not spec.validation_internal]
+        hint = _messages.did_you_mean(text, known) + " — final_vars must name nodes of this Driver"
+    # The name quoted here, not as the core could show it: a lone surrogate is kept escaped.
+    return ValueError(f"Unknown selected node: {_messages.name(wrong)}{hint}")
 
 
 def _dedupe(types: Iterable[Any]) -> tuple[Any, ...]:
@@ -110,6 +144,8 @@ class _Program:
     inputs: _core.InputTable | None = None
     """A run's value table from inputs that pass every check below, in one call
     (src/inputs.rs); ``None`` for a plan with override nodes."""
+    defaulted: frozenset[str] = frozenset()
+    """External inputs whose defaults are used (not in ``input_names``): for error hints."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -134,30 +170,71 @@ class PreparedPlan:
         """docs/contract.md#run-checks: shape and value checks, then the run's fresh value table."""
         program = self._program
         if overrides is None and program.inputs is not None:
-            table = program.inputs.fill(inputs)
+            try:
+                table = program.inputs.fill(inputs)
+            except Exception:  # a key whose __hash__ or __eq__ raises: said below
+                table = None
             if table is not None:
                 return table  # else a check below fails and says why
-        # Read, never changed (the run's table is a new dict, below): a dict is not copied.
-        supplied = inputs if type(inputs) is dict else {} if inputs is None else dict(inputs)
-        if supplied.keys() != program.input_names:
-            raise ValueError(
-                "Input shape mismatch: expected "
-                f"{sorted(self.required_inputs)}, got {sorted(supplied, key=repr)}"
-            )
+        # A snapshot: a key's own __hash__ or __eq__, run by the checks below, may change the
+        # caller's dict (docs/contract.md#hostile-bindings).
+        supplied = (
+            dict(inputs)
+            if type(inputs) is dict
+            else {}
+            if inputs is None
+            else _read(inputs, "inputs")
+        )
+        if not _same_names(supplied, program.input_names):
+            supplied = _named(supplied, program.input_names, self._input_hint, "Input")
         replaced = None
         if overrides is not None or self.override_nodes:
-            replaced = overrides if type(overrides) is dict else dict(overrides or {})
-            if replaced.keys() != self.override_nodes:
-                raise ValueError(
-                    "Override shape mismatch: expected "
-                    f"{sorted(self.override_nodes)}, got {sorted(replaced, key=repr)}"
-                )
+            replaced = (
+                dict(overrides)
+                if type(overrides) is dict
+                else {}
+                if overrides is None
+                else _read(overrides, "overrides")
+            )
+            if not _same_names(replaced, self.override_nodes):
+                replaced = _named(replaced, self.override_nodes, self._override_hint, "Override")
+        # Read back by the plan's own names: a key whose __hash__ or __eq__ lies may pass the
+        # shape check and still not be found by its name.
+        supplied = _by_name(supplied, program.input_names, "Input")
+        if replaced is not None:
+            replaced = _by_name(replaced, self.override_nodes, "Override")
         _check_values(program.input_checks, supplied, "input")
         table = {**program.config_table, **supplied}
         if replaced:
             _check_values(program.override_checks, replaced, "override")
             table.update(replaced)
         return table
+
+    def _input_hint(self, name: str) -> str:
+        """What to do about ``name`` passed in ``inputs`` though not a required input."""
+        program = self._program
+        quoted = _messages.name(name)
+        if name in program.defaulted:
+            return f"it has a default; to pass it, prepare with optional_inputs=[{quoted}]"
+        if name in self.override_nodes:
+            return "an override node: pass it in overrides="
+        if name in program.config:
+            return "set by the Driver's config"
+        if name in program.plan.reached:
+            return (
+                f"a node; to supply its value, prepare with override_nodes=[{quoted}] "
+                "and pass it in overrides="
+            )
+        return ""
+
+    def _override_hint(self, name: str) -> str:
+        """What to do about ``name`` passed in ``overrides`` though not an override node."""
+        program = self._program
+        if name in program.input_names or name in program.defaulted:
+            return "an input: pass it in inputs="
+        if name in program.plan.reached:
+            return f"not declared: prepare with override_nodes=[{_messages.name(name)}]"
+        return ""
 
     def open(
         self,
@@ -254,7 +331,11 @@ class PreparedPlan:
         """
         program = self._program
         if program.resource_outputs:
-            raise ValueError(f"{_RESOURCE_OUTPUT}: {list(program.resource_outputs)}")
+            raise ValueError(
+                f"{_RESOURCE_OUTPUT}: {_messages.names(program.resource_outputs, sort=False)}"
+                " — read them in the body of async with plan.open(...), or select nodes "
+                "that consume them"
+            )
         if program.adapters is None:
             budget = None if timeout is None else _core.run_budget(timeout)
             run = self._run(self._values(inputs, overrides), observer, budget)
@@ -301,6 +382,104 @@ class _Entered(contextlib.AbstractAsyncContextManager[dict[str, Any]]):
             )
 
 
+def _by_name(supplied: dict[Any, Any], names: Collection[str], kind: str) -> dict[str, Any]:
+    """``supplied``'s value for each of ``names``, keyed by the plan's own names: a key whose
+    ``__hash__`` or ``__eq__`` lies may pass the shape check and still not be found by its
+    name (docs/contract.md#hostile-bindings), which is an input error, not a ``KeyError``
+    from inside the run."""
+    try:
+        return {name: supplied[name] for name in names}
+    except Exception:
+        raise ValueError(
+            f"{kind} shape mismatch: a key could not be read back by its name (its __hash__ "
+            "or __eq__ is inconsistent); pass a dict with plain str keys"
+        ) from None
+
+
+def _same_names(supplied: dict[Any, Any], expected: frozenset[str]) -> bool:
+    """Whether the keys are exactly ``expected`` (a key whose ``__hash__`` or ``__eq__``
+    raises counts as a difference: :func:`_named` then says which)."""
+    try:
+        return supplied.keys() == expected
+    except Exception:
+        return False
+
+
+def _read(value: object, what: str) -> dict[Any, Any]:
+    """A caller's ``inputs``/``overrides`` that is not a dict, as a dict (a ``TypeError``
+    when it is not a mapping)."""
+    if not isinstance(value, Mapping) and not callable(getattr(type(value), "keys", None)):
+        example = "{'name': value}"
+        raise TypeError(
+            f"{what} must be a mapping of names (str) to values, not "
+            f"{_messages.type_name(value)}; pass e.g. {what}={example}"
+        )
+    mapping: Any = value
+    try:
+        return dict(mapping)
+    except Exception as exc:
+        kind = "Input" if what == "inputs" else "Override"
+        raise ValueError(
+            f"{kind} shape mismatch: {what} could not be read as a mapping "
+            f"({_messages.type_name(exc)} while reading its keys); pass a dict of str "
+            "names to values"
+        ) from exc
+
+
+def _named(
+    supplied: dict[Any, Any],
+    expected: frozenset[str],
+    hint: Callable[[str], str],
+    kind: str,
+) -> dict[str, Any]:
+    """The supplied values under plain ``str`` names, when those are exactly ``expected``;
+    else the ``ValueError`` "<kind> shape mismatch" naming what is missing and unexpected,
+    with close matches and what to do. Runs only when the names differ (or could not be
+    compared): no user ``__hash__``/``__eq__``/``__repr__`` is called here."""
+    named: dict[str, Any] = {}
+    bad: list[object] = []  # keys that are not str, or the same str twice
+    for key, value in supplied.items():
+        text = _messages.plain(key)
+        if text is None or text in named:
+            bad.append(key)
+        else:
+            named[text] = value
+    given = set(named)
+    missing = expected - given
+    extra = given - expected
+    unexpected = heapq.nsmallest(_messages.MAX_LISTED, extra)  # all of them are counted
+    if not missing and not extra and not bad:
+        return named
+    what = "inputs" if kind == "Input" else "overrides"
+    wanted = "plan.required_inputs" if kind == "Input" else "plan.override_nodes"
+    parts = [
+        f"{kind} shape mismatch: expected {_messages.names(expected)}, "
+        f"got {_messages.names([*named, *bad])}"
+    ]
+    if missing:
+        parts.append(f"missing: {_messages.names(missing)}")
+    if extra or bad:
+        explained = []
+        for name in unexpected:
+            why = hint(name)
+            explained.append(
+                _messages.name(name)
+                + (f" ({why})" if why else _messages.did_you_mean(name, missing))
+            )
+        listed = len(explained)
+        for key in bad[: max(0, _messages.MAX_LISTED - listed)]:
+            explained.append(
+                f"{_messages.name(key)} (names are str)"
+                if _messages.plain(key) is None
+                else f"{_messages.name(key)} (given twice)"
+            )
+        rest = len(extra) + len(bad) - len(explained)
+        more = f", … and {rest:,} more" if rest > 0 else ""
+        parts.append(f"unexpected: {', '.join(explained)}{more}")
+    return_hint = f"pass exactly the names in {wanted} as {what}={{...}}"
+    raise ValueError("; ".join(parts) + f" — {return_hint}")
+
+
 def _check_values(
     checks: tuple[tuple[str, tuple[tuple[Check, Any], ...]], ...],
     values: Mapping[str, Any],
@@ -343,7 +522,10 @@ def build_plan(
     replaced = frozenset(config_replaced) | frozenset(overridden)
     if graph is None:
         graph = compile_graph(nodes)
-    core_plan = graph.select(list(outputs), replaced)
+    try:
+        core_plan = graph.select(list(outputs), replaced)
+    except ValueError as exc:
+        raise _unknown_selected(exc, nodes) from None
     _check_reached(nodes, config, core_plan.reached, replaced)
     consumed = _consumed(nodes, config, core_plan.nodes)
     required = _required_inputs(consumed, core_plan.reached, optional, overridden)
@@ -363,10 +545,12 @@ def build_plan(
     if adapters is not None:  # node hooks around every call (docs/adapters.md)
         program = replace(program, runtimes=adapters.wrap(program.runtimes), adapters=adapters)
     input_names = frozenset(required)
+    defaulted = frozenset(consumed.external_defaults) - input_names
     config_table = dict(config)  # never changed: the Python checks and the table share it
     program = replace(
         program,
         input_names=input_names,
+        defaulted=defaulted,
         config_table=config_table,
         carrier=carrier_of(program.runtimes),
         inputs=None
@@ -399,15 +583,26 @@ def _check_replacements(
     replace a node."""
     unknown = sorted(name for name in overridden if name not in nodes)
     if unknown:
-        raise ValueError(f"Unknown override nodes: {unknown}")
+        raise ValueError(
+            f"Unknown override nodes: {_messages.unknown(unknown, nodes)} — override_nodes "
+            "must name nodes of this Driver (inputs are passed in inputs=)"
+        )
     overlap = sorted(name for name in overridden if name in config)
     if overlap:
-        raise ValueError(f"Configuration and overrides must be disjoint: {overlap}")
+        raise ValueError(
+            f"Configuration and overrides must be disjoint: {_messages.names(overlap)} — "
+            "a node set by the Driver's config does not run; drop it from override_nodes "
+            "or from the config"
+        )
     internal_outputs = sorted(
         name for name in outputs if name in nodes and nodes[name].validation_internal
     )
     if internal_outputs:
-        raise ValueError(f"Cannot select validation internal nodes: {internal_outputs}")
+        gates = sorted({gate for name in internal_outputs if (gate := nodes[name].validation_gate)})
+        raise ValueError(
+            f"Cannot select validation internal nodes: {_messages.names(internal_outputs)} — "
+            f"select {' and '.join(_messages.name(gate) for gate in gates[:3])} instead"
+        )
     config_replaced = [name for name in config if name in nodes]
     protected = sorted(
         name
@@ -415,7 +610,11 @@ def _check_replacements(
         if nodes[name].validation_internal or nodes[name].borrows
     )
     if protected:
-        raise ValueError(f"Cannot replace validation or borrowed nodes: {protected}")
+        raise ValueError(
+            f"Cannot replace validation or borrowed nodes: {_messages.names(protected)} — "
+            "they are generated from another node and call no code of yours; replace the "
+            "node they come from, or a node that consumes them"
+        )
     return config_replaced
 
 
@@ -429,12 +628,21 @@ def _check_reached(
     for name in sorted(reached):
         spec = nodes[name]
         if spec.ownership_required and spec.release is None:
-            raise ValueError(f"Selected acquisition expansion lacks shutdown: {name}")
+            raise ValueError(
+                f"Selected acquisition expansion lacks shutdown: {name} — "
+                "its declaration has a shutdown whose target_ leaves this node out; add it to "
+                "that target_, or select only the nodes the shutdown covers"
+            )
         if spec.release is not None:
             if name in replaced:
-                raise ValueError(f"Cannot replace owned acquisition: {name}")
+                raise ValueError(
+                    f"Cannot replace owned acquisition: {name} — a node with a shutdown "
+                    "must run so that its release runs; replace a node that consumes it "
+                    "instead"
+                )
         if name in config and not accepts(config[name], spec.type):
-            raise TypeError(f"Invalid config replacement: {name}")
+            detail = mismatch(f"config {name!r}", spec.type, config[name])
+            raise TypeError(f"Invalid config replacement: {name} — {detail}")
 
 
 @dataclass(slots=True)
@@ -480,7 +688,9 @@ def _consumed(
             if not accepts(inp.default, tp):
                 raise TypeError(
                     f"Invalid default for input {inp.name!r} of node {name!r}: "
-                    f"not accepted by every consumer's requirement ({describe(tp)})"
+                    f"not accepted by every consumer's requirement ({describe(tp)}) — change the "
+                    f"default, or the annotations of the parameters named {inp.name!r}, so "
+                    "that every one of them accepts it"
                 )
     return consumed
 
@@ -494,11 +704,19 @@ def _required_inputs(
     """Every override and optional input is used; the inputs each run must supply."""
     unused_overrides = sorted(name for name in overridden if name not in reached)
     if unused_overrides:
-        raise ValueError(f"Unused override declaration: {unused_overrides}")
+        raise ValueError(
+            f"Unused override declaration: {_messages.unknown(unused_overrides, reached)} — "
+            "the selected outputs do not depend on them; drop them from override_nodes"
+        )
     external_defaults = consumed.external_defaults
     unused_optional = sorted(name for name in optional if name not in external_defaults)
     if unused_optional:
-        raise ValueError(f"Unused optional input declaration: {unused_optional}")
+        raise ValueError(
+            "Unused optional input declaration: "
+            f"{_messages.unknown(unused_optional, external_defaults)} — optional_inputs must "
+            "name inputs of the selected nodes; this selection's are "
+            f"{_messages.names(external_defaults)}"
+        )
     optional_set = frozenset(optional)
     return {
         name: _dedupe(consumed.requirements[name])
@@ -515,7 +733,8 @@ def _check_config_inputs(
         if name in config and name not in nodes:
             for tp in types:
                 if not accepts(config[name], tp):
-                    raise TypeError(f"Invalid config value for input: {name}")
+                    detail = mismatch(f"config {name!r}", tp, config[name])
+                    raise TypeError(f"Invalid config value for input: {name} — {detail}")
 
 
 def _program(
@@ -571,12 +790,15 @@ def _check_edge(producer: NodeSpec, consumer: NodeSpec, inp: InputSpec, required
         consumer.validation_internal or consumer.name == producer.validation_gate
     ):
         raise ValueError(
-            f"Validation internal node {producer.name!r} cannot be consumed by {consumer.name!r}"
+            f"Validation internal node {producer.name!r} cannot be consumed by "
+            f"{consumer.name!r}; consume the validated node {producer.validation_gate!r}"
         )
     if not compatible(producer.type, required):
         raise TypeError(
             f"Incompatible edge: {producer.name} -> {consumer.name} "
-            f"({producer.type!r} is not accepted as {required!r})"
+            f"({producer.type!r} is not accepted as {required!r}) — change the return "
+            f"annotation of {producer.name!r} or the annotation of {consumer.name}'s "
+            f"parameter {inp.name!r} so that it accepts what {producer.name!r} returns"
         )
 
 

@@ -4,20 +4,24 @@
 Every annotation is first *normalised* into a small hashable tree (``_Norm``): ``None`` becomes
 ``NoneType``, ``typing.List`` & co. become their runtime classes, ``X | Y`` and ``Union[X, Y]``
 become the same node, unions are flattened and order-insensitive. All four public functions
-work on that tree, so they agree on what a type means.
+work on that tree, so they agree on what a type means. An annotation nested more than
+``MAX_DEPTH`` levels is refused before it is normalised (docs/contract.md#hostile-bindings).
 
 * ``accepts`` is the reference evaluator. It walks values with an explicit stack (never the
   Python call stack), so deep *data* cannot raise ``RecursionError`` even for recursive
-  ``TypedDict`` types, and long containers of simple element types are checked in tight loops.
+  ``TypedDict`` types, cyclic data ends (``_Walk``), and long containers of simple element
+  types are checked in tight loops.
 * ``checker`` compiles a type once into nested closures (recursion follows the finite *type*
-  structure only); a type whose structure is cyclic (a recursive ``TypedDict``) falls back to
-  the iterative evaluator. Compiled predicates are cached by type.
+  structure only, at most ``_COMPILE_DEPTH`` levels); a type whose structure is cyclic (a
+  recursive ``TypedDict``) or deeper falls back to the iterative evaluator. Compiled
+  predicates are cached by type.
 
 Error messages name the annotation and the place it came from, never a value being checked.
 """
 
 from __future__ import annotations
 
+import sys
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -25,12 +29,15 @@ from itertools import repeat
 from typing import Any, Final, Literal, Union, get_args, get_origin
 
 __all__ = [
+    "MAX_DEPTH",
     "accepts",
     "checker",
     "compatible",
     "describe",
     "invalid_output",
     "mismatch",
+    "too_deep",
+    "too_deep_error",
     "validate_type",
 ]
 
@@ -120,6 +127,65 @@ class _Unsupported(Exception):
         self.context = context
 
 
+class _TooDeep(_Unsupported):
+    """Internal: an annotation nested deeper than :data:`MAX_DEPTH`."""
+
+
+MAX_DEPTH: Final = 100
+"""How many levels an annotation may nest (``list[list[...]]``, a ``Union`` counting one):
+past it, a ``TypeError`` naming where it came from, before anything walks it recursively
+(docs/contract.md#hostile-bindings)."""
+
+_COMPILE_DEPTH: Final = 24
+"""How many levels a compiled predicate nests (one closure per level); a deeper type, or
+a recursive one, is checked by the iterative evaluator, which has no such limit."""
+
+
+_TOO_DEEP: Final = f"nested more than {MAX_DEPTH} levels deep"
+
+
+def _check_depth(tp: Any) -> None:
+    """Raise :class:`_TooDeep` when ``tp`` nests more than :data:`MAX_DEPTH` levels (walked
+    with an explicit stack: the check must not itself meet the recursion limit)."""
+    stack = [(tp, 0)]
+    while stack:
+        current, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _TooDeep(tp, _TOO_DEEP)
+        try:
+            origin = get_origin(current)
+            args = get_args(current) if origin is not None and origin is not Literal else ()
+        except Exception:  # an odd object: normalising it says what is wrong
+            continue
+        stack.extend((arg, depth + 1) for arg in args)
+
+
+def too_deep(tp: Any) -> bool:
+    """Whether ``tp`` nests more than :data:`MAX_DEPTH` levels."""
+    try:
+        _check_depth(tp)
+    except _TooDeep:
+        return True
+    return False
+
+
+def too_deep_error(where: str, context: str = "", reason: str = "") -> TypeError:
+    """The error for an annotation nested more than :data:`MAX_DEPTH` levels (or too
+    deeply for the stack left), at ``where`` (``module.function.parameter``)."""
+    message = f"{where}: type annotation {reason or _TOO_DEEP}"
+    if context:
+        message += f" ({context})"
+    return TypeError(f"{message}: name an inner level (a TypedDict, or a class) or use Any there")
+
+
+def _shown(tp: Any) -> str:
+    """``repr(tp)`` for a message; an annotation too deep to show is described as such."""
+    try:
+        return repr(tp)
+    except RecursionError:
+        return "<an annotation too deeply nested to show>"
+
+
 def describe(tp: Any) -> str:
     """Short human-readable name of an annotation, for messages (never mentions values)."""
     if tp is None or tp is NoneType:
@@ -128,8 +194,7 @@ def describe(tp: Any) -> str:
         return "Any"
     if isinstance(tp, type) and get_origin(tp) is None:
         return tp.__qualname__
-    text = repr(tp)
-    return text.replace("typing.", "")
+    return _shown(tp).replace("typing.", "")
 
 
 def mismatch(what: str, expected: Any, value: Any) -> str:
@@ -145,11 +210,13 @@ def invalid_output(name: str, origin: str, expected: Any, value: Any) -> TypeErr
 
 
 def _error(where: str, tp: Any, exc: _Unsupported) -> TypeError:
-    message = f"{where}: unsupported type annotation {exc.bad!r}"
+    if isinstance(exc, _TooDeep):  # never shown: its repr alone may be too deep to make
+        return too_deep_error(where, exc.context, exc.reason)
+    message = f"{where}: unsupported type annotation {_shown(exc.bad)}"
     if exc.context:
         message += f" ({exc.context})"
     elif exc.bad is not tp:
-        message += f" in {tp!r}"
+        message += f" in {_shown(tp)}"
     if exc.reason:
         message += f": {exc.reason}"
     return TypeError(message)
@@ -169,6 +236,17 @@ def _is_typeddict(tp: Any) -> bool:
 # protects against pathological generation of fresh types.
 _NORM_CACHE: dict[Any, _Norm] = {}
 _CACHE_LIMIT: Final = 4096
+
+
+def _norm_top(tp: Any) -> _Norm:
+    """:func:`_norm` of an annotation from outside (not a part of one being normalised):
+    its depth checked first (:func:`_check_depth`) unless it is already known."""
+    try:
+        return _NORM_CACHE[tp]
+    except (KeyError, TypeError):
+        pass
+    _check_depth(tp)
+    return _norm(tp)
 
 
 def _norm(tp: Any) -> _Norm:
@@ -284,6 +362,13 @@ def _td_hints(cls: type) -> dict[str, Any]:
             return typing.get_type_hints(cls, localns={cls.__name__: cls}, include_extras=True)
         except Exception as exc:
             raise _Unsupported(cls, f"cannot resolve field annotations ({exc})") from None
+    except RecursionError:  # typing resolves recursively: name the field nested too deeply
+        annotations = getattr(cls, "__annotations__", None)
+        for key, hint in (annotations if isinstance(annotations, dict) else {}).items():
+            if too_deep(hint):
+                where = f"field {key!r} of TypedDict {cls.__module__}.{cls.__qualname__}"
+                raise _TooDeep(hint, _TOO_DEEP, where) from None
+        raise _TooDeep(cls, _STACK_LEFT) from None
     except Exception as exc:
         raise _Unsupported(cls, f"cannot resolve field annotations ({exc})") from None
 
@@ -310,9 +395,9 @@ def _td_info(cls: type) -> tuple[frozenset[str], dict[str, _Norm]]:
         if is_required:
             required.add(key)
         try:
-            fields[key] = _norm(hint)
+            fields[key] = _norm_top(hint)
         except _Unsupported as exc:
-            raise _Unsupported(
+            raise type(exc)(
                 exc.bad,
                 exc.reason,
                 f"field {key!r} of TypedDict {cls.__module__}.{cls.__qualname__}",
@@ -361,16 +446,28 @@ _VALID: set[Any] = set()
 
 def _full_norm(tp: Any, where: str) -> _Norm:
     try:
-        node = _norm(tp)
+        node = _norm_top(tp)
         _validate_node(node)
     except _Unsupported as exc:
         raise _error(where, tp, exc) from None
     return node
 
 
+_STACK_LEFT: Final = "nested too deeply for the stack left at this call"
+"""Within :data:`MAX_DEPTH`, but the caller's own stack was already near the recursion
+limit: still a ``TypeError``, never a ``RecursionError`` (docs/contract.md#hostile-bindings)."""
+
+
 def validate_type(tp: Any, *, where: str) -> None:
     """Raise ``TypeError`` (naming ``where`` and the annotation) unless ``tp`` is in
     docs/contract.md#annotation-forms."""
+    try:
+        _validate_type(tp, where)
+    except RecursionError:
+        raise too_deep_error(where, reason=_STACK_LEFT) from None
+
+
+def _validate_type(tp: Any, where: str) -> None:
     try:
         if tp in _VALID:
             return
@@ -497,39 +594,129 @@ def _dict_children(value: dict[Any, Any], key_node: _Norm, value_node: _Norm) ->
         yield v, value_node
 
 
+_NO_LOW: Final = sys.maxsize
+
+_Pair = tuple[int, type]
+
+
+class _Walk:
+    """One evaluation: an explicit stack of all/any frames, cycle-safe.
+
+    Only a ``TypedDict`` makes a type recursive, so only a ``(dict, TypedDict)`` pair can
+    come back while it is being checked (a dict that contains itself): that pair is then
+    taken as accepted, as Python's types allow (docs/contract.md#hostile-bindings). Each
+    pair is decided once: a refusal for good (assuming more cannot refuse less), an
+    acceptance for good once it rests on nothing still being checked, and otherwise for as
+    long as what it rests on has not been refused. So a value is walked in time linear in
+    its size, cycles and shared parts included.
+
+    A frame is ``[mode, children, pair, mark, low]``: ``pair`` the ``(id(dict), TypedDict)``
+    it checks (``None`` for other frames), ``mark`` the length of the journal when it
+    started, ``low`` the lowest stack depth of a pair in progress its children took as
+    accepted.
+    """
+
+    __slots__ = ("accepted", "active", "held", "journal", "provisional", "refused", "stack")
+
+    def __init__(self) -> None:
+        self.stack: list[list[Any]] = []
+        self.held: list[Any] = []  # every dict whose id is in a pair below, kept alive
+        self.active: dict[_Pair, int] = {}  # pair in progress -> its stack depth
+        self.refused: set[_Pair] = set()
+        self.accepted: set[_Pair] = set()
+        self.provisional: dict[_Pair, int] = {}  # pair -> the depth it rests on
+        self.journal: list[_Pair] = []  # provisional pairs, in the order decided
+
+    def run(self, value: Any, node: _Norm) -> bool:
+        stack = self.stack
+        stack.append([_ALL, iter(((value, node),)), None, 0, _NO_LOW])
+        result: bool | None = None
+        while True:
+            frame = stack[-1]
+            mode: bool = frame[0]
+            if result is None or result is mode:
+                child = next(frame[1], None)
+                if child is not None:
+                    result = self.visit(frame, child[0], child[1])
+                    continue
+                decided = mode  # ALL exhausted -> True; ANY exhausted -> False
+            else:
+                decided = result  # an ALL frame got a False, an ANY frame a True
+            stack.pop()
+            self.finish(frame, decided)
+            if not stack:
+                return decided
+            parent = stack[-1]
+            if frame[4] < parent[4]:
+                parent[4] = frame[4]
+            result = decided
+
+    def visit(self, frame: list[Any], value: Any, node: _Norm) -> bool | None:
+        """Decide ``value`` against ``node`` at once, or push its frame (``None``)."""
+        pair = None
+        if node[0] == _TD and isinstance(value, dict):
+            pair = (id(value), node[1])
+            if pair in self.refused:
+                return False
+            if pair in self.accepted:
+                return True
+            rests_on = self.active.get(pair)
+            if rests_on is None:
+                rests_on = self.provisional.get(pair)
+            if rests_on is not None:
+                if rests_on < frame[4]:
+                    frame[4] = rests_on
+                return True
+            self.held.append(value)
+        outcome = _step(value, node)
+        if outcome is True or outcome is False:
+            if pair is not None:
+                (self.accepted if outcome else self.refused).add(pair)
+            return outcome
+        if pair is not None:
+            self.active[pair] = len(self.stack)
+        self.stack.append([outcome[0], outcome[1], pair, len(self.journal), _NO_LOW])
+        return None
+
+    def finish(self, frame: list[Any], decided: bool) -> None:
+        """Record how the pair of a popped frame was decided."""
+        pair = frame[2]
+        if pair is None:
+            return
+        depth = self.active.pop(pair)
+        if not decided:
+            self.refused.add(pair)
+            mark = frame[3]
+            for dropped in self.journal[mark:]:  # they may rest on this pair
+                self.provisional.pop(dropped, None)
+            del self.journal[mark:]
+        elif frame[4] >= depth:
+            self.accepted.add(pair)
+        else:
+            self.provisional[pair] = frame[4]
+            self.journal.append(pair)
+
+
 def _evaluate(value: Any, node: _Norm) -> bool:
-    """Non-recursive evaluation: an explicit stack of all/any frames."""
+    """Non-recursive, cycle-safe evaluation (:class:`_Walk`)."""
     first = _step(value, node)
     if first is True or first is False:
         return first
-    stack: list[_Frame] = [first]
-    result: bool | None = None
-    while stack:
-        mode, children = stack[-1]
-        if result is not None and result is not mode:
-            # ALL frame got a False, or ANY frame got a True: the frame is decided.
-            stack.pop()
-            continue
-        child = next(children, None)
-        if child is None:
-            stack.pop()
-            result = mode  # ALL exhausted -> True; ANY exhausted -> False
-            continue
-        outcome = _step(child[0], child[1])
-        if outcome is True or outcome is False:
-            result = outcome
-        else:
-            stack.append(outcome)
-            result = None
-    assert result is not None
-    return result
+    return _Walk().run(value, node)
 
 
 def accepts(value: Any, tp: Any) -> bool:
     """Whether ``value`` is accepted by annotation ``tp`` (docs/contract.md#accepts); deep, never
     recursive."""
     try:
-        node = _norm(tp)
+        return _accepts(value, tp)
+    except RecursionError:
+        raise too_deep_error("accepts", reason=_STACK_LEFT) from None
+
+
+def _accepts(value: Any, tp: Any) -> bool:
+    try:
+        node = _norm_top(tp)
     except _Unsupported as exc:
         raise _error("accepts", tp, exc) from None
     try:
@@ -589,11 +776,13 @@ def compatible(produced: Any, required: Any) -> bool:
     """Whether a node typed ``produced`` may feed a parameter typed ``required``
     (docs/contract.md#compatible)."""
     try:
-        p = _norm(produced)
-        r = _norm(required)
+        p = _norm_top(produced)
+        r = _norm_top(required)
         return _compatible(p, r)
     except _Unsupported as exc:
         raise _error("compatible", exc.bad, exc) from None
+    except RecursionError:
+        raise too_deep_error("compatible", reason=_STACK_LEFT) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -604,7 +793,8 @@ Predicate = Callable[[Any], bool]
 
 
 class _Cyclic(Exception):
-    """Internal: the type refers to itself (recursive TypedDict)."""
+    """Internal: the type refers to itself (recursive TypedDict), or nests deeper than
+    :data:`_COMPILE_DEPTH`: no compiled predicate."""
 
 
 def _instance_spec(node: _Norm) -> type | tuple[type, ...] | None:
@@ -623,8 +813,12 @@ def _flatten_spec(spec: type | tuple[type, ...]) -> tuple[type, ...]:
     return spec if isinstance(spec, tuple) else (spec,)
 
 
-def _compile(node: _Norm, compiling: tuple[type, ...]) -> Predicate | None:
-    """Predicate for ``node``; ``None`` means every value is accepted."""
+def _compile(node: _Norm, compiling: tuple[type | None, ...]) -> Predicate | None:
+    """Predicate for ``node``; ``None`` means every value is accepted. ``compiling`` holds
+    the TypedDicts being compiled, and one ``None`` per level."""
+    if len(compiling) >= _COMPILE_DEPTH:
+        raise _Cyclic
+    compiling = (*compiling, None)
     kind = node[0]
     if kind == _ANY:
         return None
@@ -693,7 +887,9 @@ def _compile_literal(pairs: frozenset[tuple[type, Any]]) -> Predicate:
     return check_literal
 
 
-def _compile_union(members: frozenset[_Norm], compiling: tuple[type, ...]) -> Predicate | None:
+def _compile_union(
+    members: frozenset[_Norm], compiling: tuple[type | None, ...]
+) -> Predicate | None:
     classes: list[type] = []
     others: list[Predicate] = []
     for member in members:
@@ -740,7 +936,7 @@ def _union_predicate(class_spec: tuple[type, ...], others: list[Predicate]) -> P
     return check_union
 
 
-def _all_of(elem: _Norm, compiling: tuple[type, ...]) -> Callable[[Any], bool] | None:
+def _all_of(elem: _Norm, compiling: tuple[type | None, ...]) -> Callable[[Any], bool] | None:
     """``values -> every value accepted by elem``; ``None`` when every value is accepted."""
     spec = _instance_spec(elem)
     if spec is not None:
@@ -763,7 +959,9 @@ def _all_of(elem: _Norm, compiling: tuple[type, ...]) -> Callable[[Any], bool] |
     return all_accepted
 
 
-def _compile_homogeneous(origin: type[Any], elem: _Norm, compiling: tuple[type, ...]) -> Predicate:
+def _compile_homogeneous(
+    origin: type[Any], elem: _Norm, compiling: tuple[type | None, ...]
+) -> Predicate:
     each = _all_of(elem, compiling)
     if each is None:
 
@@ -779,7 +977,7 @@ def _compile_homogeneous(origin: type[Any], elem: _Norm, compiling: tuple[type, 
     return check_elements
 
 
-def _compile_tuple(elems: tuple[_Norm, ...], compiling: tuple[type, ...]) -> Predicate:
+def _compile_tuple(elems: tuple[_Norm, ...], compiling: tuple[type | None, ...]) -> Predicate:
     size = len(elems)
     checks = [(i, _compile(elem, compiling)) for i, elem in enumerate(elems)]
     active = tuple((i, p) for i, p in checks if p is not None)
@@ -795,7 +993,7 @@ def _compile_tuple(elems: tuple[_Norm, ...], compiling: tuple[type, ...]) -> Pre
     return check_tuple
 
 
-def _compile_dict(key: _Norm, val: _Norm, compiling: tuple[type, ...]) -> Predicate:
+def _compile_dict(key: _Norm, val: _Norm, compiling: tuple[type | None, ...]) -> Predicate:
     keys_ok = _all_of(key, compiling)
     values_ok = _all_of(val, compiling)
     if keys_ok is None and values_ok is None:
@@ -827,7 +1025,7 @@ def _compile_dict(key: _Norm, val: _Norm, compiling: tuple[type, ...]) -> Predic
     return check_dict
 
 
-def _compile_typeddict(cls: type, compiling: tuple[type, ...]) -> Predicate:
+def _compile_typeddict(cls: type, compiling: tuple[type | None, ...]) -> Predicate:
     if cls in compiling:
         raise _Cyclic
     required, fields = _td_info(cls)
@@ -855,14 +1053,17 @@ _CHECKERS: dict[Any, Any] = {}
 
 def _build_checker(tp: Any) -> Predicate | None:
     try:
-        node = _norm(tp)
+        node = _norm_top(tp)
         _validate_node(node)
         try:
             return _compile(node, ())
         except _Cyclic:
 
             def check_recursive(value: Any) -> bool:
-                return _evaluate(value, node)
+                try:
+                    return _evaluate(value, node)
+                except RecursionError:  # only with the caller's stack already that deep
+                    raise too_deep_error("checker", reason=_STACK_LEFT) from None
 
             return check_recursive
     except _Unsupported as exc:
@@ -875,6 +1076,13 @@ def checker(tp: Any) -> Predicate | None:
     Returns ``None`` when every value is accepted (``Any``, ``object``, unions containing
     them), so callers can skip the check entirely. Cached by type where hashable.
     """
+    try:
+        return _checker(tp)
+    except RecursionError:
+        raise too_deep_error("checker", reason=_STACK_LEFT) from None
+
+
+def _checker(tp: Any) -> Predicate | None:
     try:
         cached = _CHECKERS.get(tp)
     except TypeError:

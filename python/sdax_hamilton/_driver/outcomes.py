@@ -230,7 +230,7 @@ class OutcomeHandling(AttemptMechanics):
         delay, commands = run.hinted(job, value)
         if delay is None and any(op == _BAD_HINT for op, *_ in commands):
             kind = type(value)
-            if kind is int or kind is float:
+            if _core.is_number(value):
                 problem = f"returned {_UNUSABLE_WAIT}"
             else:
                 problem = f"returned a {kind.__qualname__} instead of a number or None"

@@ -157,12 +157,15 @@ def kind_of(modifier: object) -> str:
     if plugin is not None and not backend_installed(plugin.backend):
         raise ValueError(
             f"unsupported Hamilton decorator {cls.__name__}: the {plugin.module} profile "
-            f"requires {plugin.backend!r}, which is not installed"
+            f"requires {plugin.backend!r}, which is not installed; install it"
         )
     plugin = plugin_of(cls)
     if plugin is not None:
         return plugin.kind
-    raise ValueError(f"unsupported Hamilton decorator {cls.__name__}")
+    raise ValueError(
+        f"unsupported Hamilton decorator {cls.__name__}: use the decorators the README lists "
+        "(Hamilton decorators), or run this module with Hamilton's own driver"
+    )
 
 
 def profile_of(modifier: object) -> str | None:
@@ -181,7 +184,8 @@ def modifiers(fn: Callable[..., Any]) -> Iterator[tuple[str, object]]:
         if not isinstance(value, list):
             raise ValueError(
                 f"unsupported Hamilton decorator {type(value).__name__} "
-                f"(attribute {lifecycle!r} of {origin(fn)})"
+                f"(attribute {lifecycle!r} of {origin(fn)}); use the decorators the README "
+                "lists (Hamilton decorators)"
             )
         for modifier in value:
             yield lifecycle, modifier

@@ -155,7 +155,7 @@ def merged_default(node: str, source: str, bound: tuple[Bound, ...]) -> tuple[bo
             names = ", ".join(repr(b.parameter) for b in bound)
             raise ValueError(
                 f"node {node!r}: parameters {names} are bound to one source {source!r} "
-                "with different defaults"
+                "with different defaults; give them the same default, or none"
             )
     return True, first
 
@@ -193,7 +193,8 @@ def check_steps(transforms: Iterable[Any], config: Mapping[str, Any], node: str,
             if source in seen:
                 raise ValueError(
                     f"node {step_name!r}: parameters {seen[source]!r} and {parameter!r} are "
-                    f"bound to one source {source!r}; Hamilton passes it to one of them only"
+                    f"bound to one source {source!r}; Hamilton passes it to one of them only: "
+                    "bind each parameter to a source of its own"
                 )
             seen[source] = parameter
 

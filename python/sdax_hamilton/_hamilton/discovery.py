@@ -59,7 +59,7 @@ def discover(modules: Iterable[ModuleType]) -> Discovered:
             owner = declaration(release).owner  # type: ignore[attr-defined]
             raise ValueError(
                 f"Shutdown {origin(release)} is declared for {origin(owner)}, which is "
-                "not a node of this Driver"
+                "not a node of this Driver; pass the module defining it to Driver(...) too"
             )
     return Discovered(tuple(roots), declarations, tuple(releases.values()))
 
@@ -80,7 +80,8 @@ def _roots(modules: Iterable[ModuleType]) -> tuple[list[FunctionType], list[Func
                 if shutdowns_of(fn):
                     raise ValueError(
                         f"{origin(fn)} is excluded from the graph (hamilton_exclude) but "
-                        f"owns a shutdown declaration ({origin(shutdowns_of(fn)[0].release)})"
+                        f"owns a shutdown declaration ({origin(shutdowns_of(fn)[0].release)}); "
+                        "remove one of the two"
                     )
             else:
                 roots.append(fn)
@@ -90,7 +91,10 @@ def _roots(modules: Iterable[ModuleType]) -> tuple[list[FunctionType], list[Func
 def _visit(fn: FunctionType, reached: dict[int, FunctionType], active: set[int]) -> None:
     """Reach ``fn`` and, depth first, the declarations its subdags resolve."""
     if id(fn) in active:
-        raise ValueError(f"Recursive subdag declaration cycle at {origin(fn)}")
+        raise ValueError(
+            f"Recursive subdag declaration cycle at {origin(fn)}; a subdag cannot include "
+            "the function that mounts it"
+        )
     if id(fn) in reached:
         return
     active.add(id(fn))
@@ -129,7 +133,8 @@ def nested(fn: FunctionType) -> list[FunctionType]:
         for source in sources:
             if not isinstance(source, FunctionType):
                 raise TypeError(
-                    f"{origin(fn)}: subdag source {type(source).__name__} is not a Python function"
+                    f"{origin(fn)}: subdag source {type(source).__name__} is not a Python "
+                    "function; pass the subdag's functions or modules"
                 )
             check_defining_module(source)
             found.append(source)

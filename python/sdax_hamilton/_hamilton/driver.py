@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
+from .. import _messages
 from .._adapters import Adapters, check_adapters, pre_do_anything
 from .._spec import NodeSpec
 from .translator import translate
@@ -19,20 +20,27 @@ if TYPE_CHECKING:
 
 def _config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     if config is not None and not isinstance(config, Mapping):
-        raise TypeError(f"Configuration must be a mapping, not {type(config).__name__}")
+        raise TypeError(
+            f"Configuration must be a mapping, not {_messages.type_name(config)}; pass "
+            "config={'name': value}"
+        )
     values: dict[str, Any] = dict(config) if config is not None else {}
     for key in values:
         if not isinstance(key, str) or not key:
             raise TypeError(
                 "Configuration keys must be non-empty strings, got "
-                + (repr(key) if isinstance(key, str) else type(key).__name__)
+                + (_messages.name(key) if isinstance(key, str) else _messages.type_name(key))
+                + "; key each config value by the input or node name it supplies"
             )
     return values
 
 
 def _modules(modules: tuple[ModuleType, ...]) -> tuple[ModuleType, ...]:
     if not modules or not all(isinstance(module, ModuleType) for module in modules):
-        raise TypeError("Driver requires one or more Python modules")
+        raise TypeError(
+            "Driver requires one or more Python modules, e.g. Driver(my_module) or "
+            "Driver(sys.modules[__name__])"
+        )
     unique: list[ModuleType] = []
     for module in modules:
         if not any(module is seen for seen in unique):

@@ -306,7 +306,8 @@ def _dynamic(resolver: Resolver, modifier: Any, res: Resolution) -> None:
         decorator = original(config, fn)
         if admitted.kind_of(decorator) == "dynamic":
             raise ValueError(
-                f"unsupported Hamilton decorator {type(decorator).__name__} (produced by resolve)"
+                f"unsupported Hamilton decorator {type(decorator).__name__} (produced by "
+                "resolve); have resolve return one of the decorators the README lists"
             )
         decorator = modifier_snapshot(decorator)
         resolver.intercept(decorator, res)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from .. import _declarations
+from .. import _declarations, _types
 
 
 def origin(fn: Any) -> str:
@@ -35,7 +35,10 @@ def shutdowns_of(fn: Any) -> tuple[Any, ...]:
 
 def loaded(module: ModuleType) -> None:
     if sys.modules.get(module.__name__) is not module:
-        raise ValueError(f"Declaration module {module.__name__!r} is not loaded")
+        raise ValueError(
+            f"Declaration module {module.__name__!r} is not loaded: import it (so that "
+            "sys.modules holds it) before building the Driver"
+        )
 
 
 def check_defining_module(fn: Any) -> None:
@@ -48,12 +51,24 @@ def check_defining_module(fn: Any) -> None:
     ):
         raise ValueError(
             f"Declaration {origin(fn)} has an ambiguous defining module: it is not "
-            f"retrievable as {getattr(fn, '__module__', '?')}.{name}"
+            f"retrievable as {getattr(fn, '__module__', '?')}.{name}; define it with def "
+            "under its own name in its module"
         )
 
 
 def hints(fn: Callable[..., Any]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(fn, include_extras=True)
+    except RecursionError:
+        # typing resolves annotations recursively: name the one nested too deeply
+        # (docs/contract.md#hostile-bindings)
+        annotations = getattr(fn, "__annotations__", None)
+        for name, hint in (annotations if isinstance(annotations, dict) else {}).items():
+            if _types.too_deep(hint):
+                where = f"{origin(fn)} return" if name == "return" else f"{origin(fn)}.{name}"
+                raise _types.too_deep_error(where) from None
+        raise TypeError(
+            f"{origin(fn)}: cannot resolve type annotations (nested too deeply to resolve)"
+        ) from None
     except Exception as exc:
         raise TypeError(f"{origin(fn)}: cannot resolve type annotations ({exc})") from None

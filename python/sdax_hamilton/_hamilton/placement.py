@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
-from .. import _declarations
+from .. import _declarations, _messages
 from .._spec import ReleaseSpec
 from .names import declaration, origin, shutdowns_of
 from .provenance import ALIAS, CALL, IO, Generated
@@ -68,7 +68,10 @@ def place(
         if isinstance(found, _declarations.ExecutionDeclaration):
             for name in targets(fn, found.target, mounts, by_name, io=True):
                 if name in policies:
-                    raise ValueError(f"Node {name} receives more than one execution policy")
+                    raise ValueError(
+                        f"Node {name} receives more than one execution policy; give each "
+                        "node one execution(...) (check the declarations' target_)"
+                    )
                 policies[name] = found.policy
         shutdowns = shutdowns_of(fn)
         if not shutdowns:
@@ -102,7 +105,7 @@ def _place_release(
         if previous is not None and previous[1] is not release:
             raise ValueError(
                 f"duplicate shutdown declaration for node {name}: "
-                f"{previous[0].origin} and {spec.origin}"
+                f"{previous[0].origin} and {spec.origin}; keep one release per node"
             )
         releases[name] = (spec, release)
 
@@ -125,19 +128,22 @@ def targets(
         target = (target,)
     placed: list[str] = []
     missing: list[str] = []
+    generated: list[str] = []  # public names of the candidates, for the error below
     for mount, names in mounts.items():
         calls = [name for name in names if by_name[name].prov.kind == CALL]
         if target is None:
             if not mount and len(calls) > 1:
                 raise ValueError(
                     f"expanded declaration requires explicit target_: {origin(fn)} "
-                    f"generates {sorted(calls)}"
+                    f"generates {_messages.names(calls)}; pass target_= naming the ones "
+                    "the declaration is for (a name or a list of names)"
                 )
             placed.extend(calls)
             continue
         candidates = calls + (
             [name for name in names if by_name[name].prov.kind == IO] if io else []
         )
+        generated.extend(_public(name, mount) for name in names)
         for wanted in target:
             matched = _matching(wanted, mount, names, candidates, by_name)
             if not matched:
@@ -146,7 +152,11 @@ def targets(
                 continue
             placed.extend(name for name in matched if name not in placed)
     if missing:
-        raise ValueError(f"targets not generated: {missing} (declared on {origin(fn)})")
+        choices = sorted(set(generated))
+        raise ValueError(
+            f"targets not generated: {_messages.unknown(missing, choices)} (declared on "
+            f"{origin(fn)}) — target_ must name nodes it generates: {_messages.names(choices)}"
+        )
     return list(dict.fromkeys(placed))
 
 

@@ -166,7 +166,10 @@ class SignatureChecks:
     def check_signature(self, fn: FunctionType, *, shape_from_resolve: bool) -> None:
         where = origin(fn)
         if fn.__code__.co_flags & GENERATOR_FLAGS:  # inspect.isgeneratorfunction / isasyncgen…
-            raise TypeError(f"{where}: generator functions cannot be graph nodes")
+            raise TypeError(
+                f"{where}: generator functions cannot be graph nodes; return the value "
+                "(a list, or an iterator object) instead of yielding it"
+            )
         params = code_params(fn)
         plain = params is not None and not shape_from_resolve
         if params is None:
@@ -175,15 +178,20 @@ class SignatureChecks:
         found = hints(fn)
         for index, name in enumerate(names):
             if name not in found:
-                raise TypeError(f"{where}.{name}: missing type")
+                raise TypeError(
+                    f"{where}.{name}: missing type; annotate the parameter (e.g. {name}: int)"
+                )
             hint = found[name]
             validate_type(hint, where=f"{where}.{name}")
             if defaults is not None:
                 default = defaults[index]
                 if default is not EMPTY and not accepts(default, hint):
-                    raise TypeError(f"{where}.{name}: invalid default for its annotation")
+                    raise TypeError(
+                        f"{where}.{name}: invalid default for its annotation; change the "
+                        "default or widen the annotation so that it accepts the default"
+                    )
         if "return" not in found:
-            raise TypeError(f"{where}: missing return type")
+            raise TypeError(f"{where}: missing return type; annotate it (e.g. -> int)")
         if not shape_from_resolve:
             validate_type(found["return"], where=f"{where} return")
         plain = plain and _RESOLUTION_ATTRIBUTES.isdisjoint(fn.__dict__)
@@ -214,7 +222,8 @@ class SignatureChecks:
                 self._check_replacement_return(fn, replacing)
         if len(profiles) > 1:
             raise ValueError(
-                f"{origin(fn)}: more than one optional validation profile ({', '.join(profiles)})"
+                f"{origin(fn)}: more than one optional validation profile "
+                f"({', '.join(profiles)}); validate each function with one of them"
             )
         found = declaration(fn)
         if found is not None and not isinstance(
@@ -237,21 +246,27 @@ class SignatureChecks:
         if not isinstance(release, FunctionType):
             raise TypeError(f"Shutdown {where} must be a Python function")
         if release.__code__.co_flags & GENERATOR_FLAGS:  # inspect.isgeneratorfunction / …
-            raise TypeError(f"Shutdown {where}: generator functions cannot be releases")
+            raise TypeError(
+                f"Shutdown {where}: generator functions cannot be releases; release in a "
+                "plain (or async) function returning None"
+            )
         if any(True for _ in admitted.modifiers(release)) or not is_release(release):
             raise ValueError(
-                f"Shutdown {where} cannot carry Hamilton decorators or an execution declaration"
+                f"Shutdown {where} cannot carry Hamilton decorators or an execution "
+                "declaration; give the release's policy to shutdown(...) itself (retries=, "
+                "timeout=) and remove the other decorators"
             )
         name = release_parameter(release)
         if name is None:
             raise TypeError(
                 f"Shutdown {where} must take exactly one positional parameter without a "
-                "default (the Acquisition record)"
+                "default (the Acquisition record), e.g. def close(acquired: Acquisition[T]) "
+                "-> None"
             )
         found = hints(release)
         acquired = acquisition_type(release, found.get(name, EMPTY))
         if found.get("return", EMPTY) is not type(None):
-            raise TypeError(f"Shutdown {where} must be annotated to return None")
+            raise TypeError(f"Shutdown {where} must be annotated to return None (-> None)")
         self.acquired[id(release)] = (release, acquired)
 
     def acquired_type(self, release: FunctionType) -> Any:
@@ -289,6 +304,9 @@ def acquisition_type(release: FunctionType, hint: Any) -> Any:
     where = origin(release)
     args = typing.get_args(hint)
     if typing.get_origin(hint) is not _declarations.Acquisition or len(args) != 1:
-        raise TypeError(f"Shutdown {where}: its parameter must be annotated Acquisition[T]")
+        raise TypeError(
+            f"Shutdown {where}: its parameter must be annotated Acquisition[T], T being "
+            "what the acquisition returns"
+        )
     validate_type(args[0], where=f"Shutdown {where} Acquisition type")
     return args[0]
