@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .. import _core
 from .._declarations import Acquisition
+from .._observe import GIVEN_RUN_ID
 from .record import FailureRecord
 from .reporter import Reporter
 from .runtime import NodeRuntime
@@ -67,6 +68,7 @@ class RunState:
         "_record",
         "_reporter",
         "_run",
+        "_run_id",
         "_running",
         "_seed",
         "_shutting",
@@ -139,6 +141,7 @@ class RunState:
         # Both created on first use: a run that neither fails nor is watched needs neither.
         self._record: FailureRecord | None = None
         self._reporter: Reporter | None = None
+        self._run_id = GIVEN_RUN_ID.get()  # None: the reporter makes one when first used
         self._tables = False  # the driver's own state exists (``_make_tables``)
         self._shutting = False  # the coordinator carries out the shutdown phase
         self._through = False  # execute(): the forward task goes on with the shutdown phase
@@ -179,7 +182,11 @@ class RunState:
         if reporter is None:
             observers = self._observers
             reporter = self._reporter = Reporter(
-                self._nodes, observers, self._loop, None if observers is None else self._terminated
+                self._nodes,
+                observers,
+                self._loop,
+                None if observers is None else self._terminated,
+                self._run_id,
             )
         return reporter
 
