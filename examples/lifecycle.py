@@ -29,8 +29,8 @@ async def main() -> None:
     for number, event in enumerate(log.events, 1):
         print(f"{number}. {event}")
 
-    # A failure that is not retryable: the run fails, and every acquired resource is still
-    # released, connection last.
+    # A retryable failure that outlasts the retries (nine blips, four attempts): the run
+    # fails, and every acquired resource is still released, connection last.
     log.events.clear()
     try:
         await plan.execute(

@@ -622,7 +622,7 @@ def test_carrier_and_table_constructors_read_hostile_specs(
 
     spec = (f, name, [(keyword, "x")], None, [(keyword, int, True)], None, int, False, True)
     outcome(
-        lambda: _core.Carrier([spec], [None], object, callable, type(None), float),
+        lambda: _core.Carrier([_carried(*spec)], [None], object, callable, type(None), float),
         (TypeError, ValueError, Hostile),
     )
     names = MutatingIterable(["x", keyword], trap)
@@ -634,6 +634,31 @@ def test_carrier_and_table_constructors_read_hostile_specs(
     outcome(lambda: catcher(name, context=keyword), (TypeError,))
     outcome(lambda: catcher(name), (TypeError,))
     assert catcher.take() is not None
+
+
+def _carried(
+    call: Any,
+    name: Any,
+    args: Any,
+    defaults: Any,
+    checks: Any,
+    output_check: Any,
+    output_type: Any,
+    owned: bool,
+    positional: bool,
+) -> Any:
+    """A node's inline call as the Carrier takes it (``_core.CarriedNode``)."""
+    return _core.CarriedNode(
+        call=call,
+        name=name,
+        args=args,
+        defaults=defaults,
+        checks=checks,
+        output_check=output_check,
+        output_type=output_type,
+        owned=owned,
+        positional=positional,
+    )
 
 
 class Lying(list[Any]):
@@ -665,10 +690,10 @@ def test_a_sequence_s_own_length_sizes_nothing(claimed: int, real: int) -> None:
     checks = lying([("x", int, True)] * real)
     table = outcome(lambda: _core.InputTable(frozenset({"x"}), {}, checks))
     assert isinstance(table, _core.InputTable)
-    spec = (f, "f", lying([("x", "x")] * real), None, lying([]), None, int, False, False)
+    node = _carried(f, "f", lying([("x", "x")] * real), None, lying([]), None, int, False, False)
     carrier = outcome(
         lambda: _core.Carrier(
-            lying([spec] * real), lying([None] * real), object, callable, type(None), float
+            lying([node] * real), lying([None] * real), object, callable, type(None), float
         )
     )
     assert isinstance(carrier, _core.Carrier) and len(carrier) == real
@@ -723,7 +748,7 @@ def test_the_carrier_runs_hostile_calls_and_checks_without_panic(
         positional,
     )
     carrier = _core.Carrier(
-        [spec], [release if owned else None], object, callable, type(None), float
+        [_carried(*spec)], [release if owned else None], object, callable, type(None), float
     )
     policy = Policy(timeout=timeout)
     plan = Graph([("n", ["x"], [], policy, Policy() if owned else None)]).select(["n"])

@@ -251,7 +251,8 @@ def test_a_hint_is_a_wait_exactly_when_the_contract_says(x: Any, cap: float | No
     run = _core.Run(_core.Graph([("a", [], [], policy, None)]).select(["a"]))
     run.start()
     assert run.failed(0, True) == (None, [(_core.HINT, 0, 0, None)])
-    delay, commands = run.hinted(0, x)
+    decision = run.hinted(0, x)
+    delay, commands = decision.delay, decision.commands
     v, f = value_of(x), as_float(x)
     if v != v or v < 0 or (f == math.inf and cap is None):
         assert delay is None and commands == [(_core.BAD_HINT, 0, 0, None)]

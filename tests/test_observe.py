@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -101,7 +102,7 @@ async def test_a_chain_emits_start_and_success_per_node_in_causal_order() -> Non
     assert events[0].nodes == ("a", "b")
     assert all(e.nodes == () for e in events[1:])
     assert all(e.error is None and e.delay is None for e in events)
-    assert len({e.run for e in events}) == 1 and events[0].run > 0
+    assert len({e.run for e in events}) == 1 and uuid.UUID(events[0].run).version == 4
     times = [e.time for e in events]
     assert times == sorted(times)
     loop_now = asyncio.get_running_loop().time()
@@ -551,14 +552,18 @@ async def test_an_observer_exception_is_logged_and_changes_nothing(
         assert await run(nodes, ["b"], [broken, recorder]) == {"b": 2}
     assert released == ["b"]
     assert broken.calls == len(recorder.events) == 12  # the next observer still saw all
+    # one misuse, one record with its traceback, then one line counting the rest
     records = [r for r in caplog.records if "observer" in r.getMessage()]
-    assert len(records) == broken.calls
+    assert len(records) == 2
+    first, rest = records
     for record in records:
         assert record.name == "sdax_hamilton" and record.levelno == logging.ERROR
-        assert record.exc_info is not None and record.exc_info[1] is error
-        assert "Raising" in record.getMessage() and "RuntimeError" in record.getMessage()
-        assert "observer bug" not in record.getMessage()
-    assert "attempt_started event of 'a'" in records[1].getMessage()
+        assert "Raising" in record.getMessage() and "observer bug" not in record.getMessage()
+        assert record.run_id == recorder.events[0].run  # type: ignore[attr-defined]
+    assert first.exc_info is not None and first.exc_info[1] is error
+    assert "RuntimeError on the run_started event" in first.getMessage()
+    assert rest.exc_info is None
+    assert f"raised {broken.calls - 1} more times in this run" in rest.getMessage()
 
 
 async def test_an_observer_exception_does_not_change_a_failure(

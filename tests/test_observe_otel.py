@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from sdax_hamilton import Driver, ExecutionError
+from sdax_hamilton import Driver, ExecutionError, RunReport
 from sdax_hamilton.contrib.opentelemetry import SpanObserver, error_type
 from sdax_hamilton.testing import instant_retries
 
@@ -99,17 +99,23 @@ async def test_one_span_per_attempt_and_per_release_attempt_under_a_run_span(
 ) -> None:
     module = make_module(GRAPH)
     plan = Driver(module).prepare(["total"])
+    report = RunReport()
     with tracer.start_as_current_span("request") as request:
         result = await plan.execute(
             inputs={"password": SECRET, "attempts": [], "fail": False},
-            observer=SpanObserver(tracer),
+            observer=[SpanObserver(tracer), report],
         )
     assert result == {"total": 3}
     spans = spans_named(exporter)
     [run] = spans["sdax_hamilton.run"]
     assert run.parent is not None
     assert run.parent.span_id == request.get_span_context().span_id
-    assert attrs(run) == {"sdax_hamilton.nodes": 3, "sdax_hamilton.outcome": "succeeded"}
+    # the run span carries the run's id: the report's, the log records'
+    assert attrs(run) == {
+        "sdax_hamilton.nodes": 3,
+        "sdax_hamilton.outcome": "succeeded",
+        "sdax_hamilton.run_id": report.run_id,
+    }
     assert run.status.status_code is StatusCode.UNSET
 
     rows = sorted(spans["rows"], key=lambda s: attrs(s)["sdax_hamilton.attempt"])

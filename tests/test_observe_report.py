@@ -12,7 +12,7 @@ from sdax_hamilton import Driver, ExecutionError, NodeReport, RunEvent, RunRepor
 from sdax_hamilton.testing import instant_retries
 
 
-def feed(report: RunReport, *events: tuple[Any, ...], run: int = 1) -> None:
+def feed(report: RunReport, *events: tuple[Any, ...], run: str = "run-1") -> None:
     """Feed synthetic events ``(kind, node, attempt, time, {extra fields})``."""
     for kind, node, attempt, time, *extra in events:
         fields: dict[str, Any] = extra[0] if extra else {}
@@ -118,12 +118,19 @@ def test_the_report_can_be_read_while_the_run_goes_on() -> None:
     assert report.nodes["a"].in_attempts == pytest.approx(0.5)
 
 
-def test_a_report_records_one_run_only() -> None:
+def test_a_report_records_one_run_only_and_refuses_another_once() -> None:
     report = RunReport()
-    feed(report, ("run_started", "", 0, 1.0, {"nodes": ("a",)}), run=7)
-    with pytest.raises(ValueError, match="one run"):
-        feed(report, ("run_started", "", 0, 1.0, {"nodes": ("a",)}), run=8)
-    assert report.started == 1.0
+    assert report.run_id is None
+    feed(report, ("run_started", "", 0, 1.0, {"nodes": ("a",)}), run="r7")
+    assert report.run_id == "r7"
+    with pytest.raises(ValueError, match=r"one run .*give each run a new RunReport"):
+        feed(report, ("run_started", "", 0, 1.0, {"nodes": ("a",)}), run="r8")
+    # the rest of that run is ignored without another error; a third run is refused once too
+    feed(report, ("attempt_started", "a", 1, 2.0), ("run_finished", "", 0, 3.0), run="r8")
+    with pytest.raises(ValueError, match="r9"):
+        feed(report, ("run_started", "", 0, 4.0, {"nodes": ("a",)}), run="r9")
+    assert report.started == 1.0 and report.run_id == "r7"
+    assert report.nodes["a"].outcome == "not started" and report.finished is None
 
 
 def test_an_input_rejection_is_a_failure_without_attempts() -> None:
@@ -268,4 +275,7 @@ async def test_reusing_a_report_for_a_second_run_is_logged_and_harmless(
     with caplog.at_level(logging.ERROR, logger="sdax_hamilton"):
         assert await plan.execute(observer=report) == {"x": 1}
     assert report.nodes == first
-    assert caplog.records and all("ValueError" in r.getMessage() for r in caplog.records)
+    # one record for the misuse (not one per event of the second run), with its run's id
+    [record] = [r for r in caplog.records if r.name == "sdax_hamilton"]
+    assert "ValueError" in record.getMessage() and "run_started" in record.getMessage()
+    assert record.run_id not in (None, report.run_id)  # type: ignore[attr-defined]

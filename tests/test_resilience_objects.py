@@ -46,7 +46,7 @@ def test_number_subclasses_are_numbers_as_for_policies() -> None:
     assert RetryBudget(ratio=FloatSub(0.1), min_per_second=IntSub(0)).available == 0.0
     with pytest.raises(ValueError, match="Invalid max_concurrent: 0;"):
         Bulkhead(IntSub(0))
-    with pytest.raises(ValueError, match="Invalid min_per_second: -1.0;"):
+    with pytest.raises(ValueError, match=r"Invalid min_per_second: -1\.0;"):
         RetryBudget(min_per_second=FloatSub(-1.0))
 
 

@@ -216,3 +216,65 @@ async def test_streamed_rows_hold_the_session_and_a_client_leaving_mid_stream_re
     code, _out, err = stop(process)
     assert code == 0, err
     assert "Traceback" not in err, err
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Prometheus text exposition -> {(metric, labels): value}."""
+    found: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        name, _, rest = head.partition("{")
+        labels = frozenset(
+            (key, raw.strip('"'))
+            for key, _, raw in (pair.partition("=") for pair in rest.rstrip("}").split(",") if pair)
+        )
+        found[(name, labels)] = float(value)
+    return found
+
+
+async def test_the_runs_metrics_are_scraped_as_prometheus_text_and_a_dependency_yields_values(
+    service: tuple[str, subprocess.Popen[str]],
+) -> None:
+    url, process = service
+    async with httpx.AsyncClient(base_url=url, timeout=30.0) as client:
+        for number in range(3):
+            response = await client.get("/price/apple", params={"request_id": f"m-{number}"})
+            assert response.status_code == 200
+        assert (await client.get("/price/caviar", params={"request_id": "m-x"})).status_code == 404
+        response = await client.get("/unit/cheese", params={"request_id": "dep"})
+        assert response.json() == {"item": "cheese", "unit_price": 7.0, "request_id": "dep"}
+        # the dependency's run is released once the response is sent: wait for it
+        deadline = time.monotonic() + 30.0
+        while "dep" not in (ledger := await settled(client))["closed"]:
+            assert time.monotonic() < deadline, f"the dependency's session never closed: {ledger}"
+            await asyncio.sleep(0.02)
+        assert set(released_once(ledger)) == {"m-0", "m-1", "m-2", "m-x", "dep"}
+
+        response = await client.get("/metrics")
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain")
+        scraped = samples(response.text)
+
+    def value(name: str, **labels: str) -> float:
+        wanted = frozenset(
+            (k if k in ("error_type", "le") else f"sdax_hamilton_{k}", v) for k, v in labels.items()
+        )
+        return sum(v for (n, have), v in scraped.items() if n == name and wanted <= have)
+
+    assert value("sdax_hamilton_runs_total", outcome="succeeded") == 4  # /unit too
+    assert value("sdax_hamilton_runs_total", outcome="failed") == 1
+    # caviar has no price: unit_price fails once (a LookupError is not retried)
+    assert value("sdax_hamilton_attempts_total", node="unit_price", outcome="failed") == 1
+    assert value("sdax_hamilton_failures_total", node="unit_price", error_type="LookupError") == 1
+    assert value("sdax_hamilton_attempts_total", node="total", outcome="succeeded") == 3
+    assert value("sdax_hamilton_releases_total", node="session", outcome="succeeded") == 5
+    assert value("sdax_hamilton_run_duration_seconds_count") == 5
+    assert value("sdax_hamilton_attempt_duration_seconds_count", node="session") == 10
+    # seconds buckets: every attempt here took less than a second
+    assert value("sdax_hamilton_attempt_duration_seconds_bucket", le="1") == value(
+        "sdax_hamilton_attempt_duration_seconds_count"
+    )
+    code, _out, err = stop(process)
+    assert code == 0, err

@@ -31,13 +31,13 @@ import contextlib
 import dataclasses
 import inspect
 import logging
-import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from types import CoroutineType, FunctionType, ModuleType
 from typing import Any, Final
 
 from ._executor import TIMEOUT_MESSAGE, NodeRuntime
+from ._observe import GIVEN_RUN_ID, new_run_id
 
 __all__ = ["Adapters", "check_adapters", "pre_do_anything"]
 
@@ -230,7 +230,9 @@ def _node_hooks(adapters: Sequence[object], hook: str, public: str, base: Any) -
     return hooks
 
 
-def _log_hook_error(hook: _Hook, exc: Exception, subject: str) -> None:
+def _log_hook_error(
+    hook: _Hook, exc: Exception, subject: str, run_id: str, node: str | None = None
+) -> None:
     logger.error(
         "adapter %s raised %s in %s%s; ignored",
         _class_name(hook.adapter),
@@ -238,6 +240,7 @@ def _log_hook_error(hook: _Hook, exc: Exception, subject: str) -> None:
         hook.name,
         subject,
         exc_info=exc,
+        extra={"run_id": run_id, "node": node},
     )
 
 
@@ -585,7 +588,9 @@ class Adapters:
             try:
                 hook.call(**self._pre_arguments(hook, run_id, node, kwargs, attempt))
             except Exception as exc:
-                _log_hook_error(hook, exc, f" of node {node._name!r} (attempt {attempt})")
+                _log_hook_error(
+                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
+                )
             except BaseException as exc:
                 if interrupted is None:  # every adapter sees the start (and then the end)
                     interrupted = exc
@@ -602,7 +607,9 @@ class Adapters:
                 if hook.is_async:
                     await outcome
             except Exception as exc:
-                _log_hook_error(hook, exc, f" of node {node._name!r} (attempt {attempt})")
+                _log_hook_error(
+                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
+                )
             except BaseException as exc:
                 # A cancellation (the attempt's timeout, say) or KeyboardInterrupt: the other
                 # adapters still see the start, so that each sees the end too.
@@ -629,7 +636,9 @@ class Adapters:
             try:
                 hook.call(**arguments)
             except Exception as exc:
-                _log_hook_error(hook, exc, f" of node {node._name!r} (attempt {attempt})")
+                _log_hook_error(
+                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
+                )
             except BaseException as exc:
                 if interrupted is None:
                     interrupted = exc
@@ -656,7 +665,9 @@ class Adapters:
                 if hook.is_async:
                     await outcome
             except Exception as exc:
-                _log_hook_error(hook, exc, f" of node {node._name!r} (attempt {attempt})")
+                _log_hook_error(
+                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
+                )
             except BaseException as exc:
                 # Every adapter that saw the start of the attempt sees its end; the first
                 # such exception (a cancellation, say) is re-raised once all have run.
@@ -677,7 +688,7 @@ class Adapters:
                 if hook.is_async or inspect.isawaitable(outcome):
                     await outcome
             except Exception as exc:
-                _log_hook_error(hook, exc, "")
+                _log_hook_error(hook, exc, "", run_id)
 
     @contextlib.asynccontextmanager
     async def open(
@@ -693,7 +704,7 @@ class Adapters:
         phase, the ``open()`` body, every release), then post-graph hooks."""
         if self._async_init:
             await self._ensure_initialised()
-        run_id = str(uuid.uuid4())
+        run_id = new_run_id()
         results: dict[str, Any] | None = None
         error: BaseException | None = None
         token = _RUN.set(_RunState(run_id))  # seen by the run's tasks, created meanwhile
@@ -708,7 +719,14 @@ class Adapters:
                 overrides=dict(overrides),
                 execution_path=list(execution_path),
             )
-            async with run() as outputs:
+            # The run takes the hooks' id (its events and log records carry it); only while
+            # it is constructed, so runs opened inside its nodes make their own.
+            given = GIVEN_RUN_ID.set(run_id)
+            try:
+                context = run()
+            finally:
+                GIVEN_RUN_ID.reset(given)
+            async with context as outputs:
                 results = outputs
                 yield outputs
         except BaseException as exc:

@@ -12,7 +12,11 @@ the report keeps exception *type* names only.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import os
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, TypeAlias
@@ -23,6 +27,7 @@ __all__ = [
     "Observer",
     "RunEvent",
     "RunReport",
+    "new_run_id",
     "observers_of",
 ]
 
@@ -92,8 +97,10 @@ class RunEvent:
       the resource owned by ``node``.
 
     ``time`` is the event loop's clock (``loop.time()``) when the event was emitted.
-    ``run`` identifies the run (unique within the process), so one observer can follow
-    several concurrent runs.
+    ``run`` is the run's id, a UUID string, so one observer can follow several concurrent
+    runs. It is the id the run's log records carry (``LogRecord.run_id``), the ``run_id``
+    its Hamilton graph hooks receive, :attr:`RunReport.run_id` and the run span's
+    ``sdax_hamilton.run_id``.
     """
 
     kind: EventKind
@@ -104,7 +111,7 @@ class RunEvent:
     """Seconds until the next attempt (``retry_scheduled``, ``release_retry_scheduled``)."""
     error: BaseException | None = None
     """The exception object of a failure (the original, not a copy), else ``None``."""
-    run: int = 0
+    run: str = ""
     nodes: tuple[str, ...] = ()
     """``run_started`` only: the plan's active nodes, in topological order."""
     deadline: float | None = None
@@ -116,6 +123,37 @@ class RunEvent:
 
 Observer: TypeAlias = Callable[[RunEvent], object]
 """Anything callable with one ``RunEvent``; its return value is ignored."""
+
+
+def new_run_id() -> str:
+    """A fresh run id, unique across processes as a service's logs need: a UUID string (its
+    version 4) whose first 74 bits are random per process and last 48 count the process's
+    runs. ``uuid.uuid4()`` per run would cost a system call (micro-seconds) each time."""
+    return f"{_run_ids.head}{next(_run_ids.count):012x}"
+
+
+class _RunIds:
+    """The random part of this process's run ids and their counter."""
+
+    __slots__ = ("count", "head")
+
+    def __init__(self) -> None:
+        self.renew()
+
+    def renew(self) -> None:
+        self.head = str(uuid.uuid4())[:24]  # "xxxxxxxx-xxxx-4xxx-yxxx-"
+        self.count = itertools.count()
+
+
+_run_ids = _RunIds()
+# A forked worker (a pre-forking server's) must not repeat its parent's ids.
+os.register_at_fork(after_in_child=_run_ids.renew)
+
+
+GIVEN_RUN_ID: ContextVar[str | None] = ContextVar("sdax_hamilton_given_run_id", default=None)
+"""The id a run is to take, set only while the run is constructed (not entered): by the
+Hamilton graph hooks' wrapper (``_adapters.py``), whose hooks got the id first. Runs opened
+later, in its nodes say, do not see it."""
 
 
 def observers_of(observer: object) -> tuple[Observer, ...] | None:
@@ -274,8 +312,9 @@ class RunReport:
         await plan.execute(inputs=..., observer=report)
         print(report.format())
 
-    Use one ``RunReport`` per run: events of a second run raise ``ValueError`` (which the
-    run logs and ignores, as for any observer that raises). The report can be read while
+    Use one ``RunReport`` per run: the first event of another run raises ``ValueError``
+    (which that run logs once and ignores, as for any observer that raises); the report
+    ignores that run's later events. The report can be read while
     the run is going; unfinished nodes then show ``running`` or ``waiting``.
     """
 
@@ -284,6 +323,7 @@ class RunReport:
         "_finished",
         "_nodes",
         "_order",
+        "_refused",
         "_releases",
         "_run",
         "_run_cancelled",
@@ -293,7 +333,7 @@ class RunReport:
     )
 
     def __init__(self) -> None:
-        self._run: int | None = None
+        self._run: str | None = None
         self._order: tuple[str, ...] = ()
         self._nodes: dict[str, _Track] = {}
         self._releases: dict[str, _Track] = {}
@@ -303,12 +343,20 @@ class RunReport:
         self._run_error: str | None = None
         self._run_cancelled = False
         self._deadline: float | None = None
+        self._refused: set[str] = set()
 
     def __call__(self, event: RunEvent) -> None:
         if self._run is None:
             self._run = event.run
         elif event.run != self._run:
-            raise ValueError("a RunReport records one run; use a new RunReport for each run")
+            # One error per misuse, not one per event of the other run.
+            if event.run in self._refused:
+                return
+            self._refused.add(event.run)
+            raise ValueError(
+                f"a RunReport records one run (run {self._run}); events of run {event.run} "
+                "were passed to it and are ignored: give each run a new RunReport()"
+            )
         if not self._record_run_event(event):
             self._record_call_event(event)
 
@@ -366,6 +414,12 @@ class RunReport:
             track.end(time, "failed", event.error)
 
     # ----------------------------------------------------------------- reading
+
+    @property
+    def run_id(self) -> str | None:
+        """The id of the recorded run (``RunEvent.run``, log records' ``run_id``); ``None``
+        before its first event."""
+        return self._run
 
     @property
     def nodes(self) -> Mapping[str, NodeReport]:

@@ -189,7 +189,7 @@ class PreparedPlan:
         # A snapshot: a key's own __hash__ or __eq__, run by the checks below, may change the
         # caller's dict (docs/contract.md#hostile-bindings).
         supplied = (
-            dict(inputs)
+            _copy(inputs, program.input_names, self._input_hint, "Input")
             if type(inputs) is dict
             else {}
             if inputs is None
@@ -200,7 +200,7 @@ class PreparedPlan:
         replaced = None
         if overrides is not None or self.override_nodes:
             replaced = (
-                dict(overrides)
+                _copy(overrides, self.override_nodes, self._override_hint, "Override")
                 if type(overrides) is dict
                 else {}
                 if overrides is None
@@ -382,6 +382,18 @@ class _Entered(contextlib.AbstractAsyncContextManager[dict[str, Any]]):
                 ResourceWarning,
                 stacklevel=2,
             )
+
+
+def _copy(
+    supplied: dict[Any, Any], expected: frozenset[str], hint: Callable[[str], str], kind: str
+) -> dict[Any, Any]:
+    """A snapshot of the caller's dict; when copying it runs a key's raising ``__eq__`` (two
+    keys of one hash), the keys are read by their text instead (:func:`_named`, which runs
+    no method of a key and says what is wrong)."""
+    try:
+        return dict(supplied)
+    except Exception:
+        return _named(supplied, expected, hint, kind)
 
 
 def _by_name(supplied: dict[Any, Any], names: Collection[str], kind: str) -> dict[str, Any]:

@@ -8,7 +8,7 @@ mypy with ``warn_unused_ignores``, so an accepted call fails the check).
 from __future__ import annotations
 
 import types
-from collections.abc import Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, assert_type
 
 from sdax_hamilton import (
@@ -23,6 +23,9 @@ from sdax_hamilton import (
     failures,
     shutdown,
 )
+from sdax_hamilton.contrib.fastapi import Startup, run_values
+from sdax_hamilton.contrib.opentelemetry import MetricsObserver
+from sdax_hamilton.testing import ReleaseCheck, assert_all_released, retry_waits
 
 
 class Connection:
@@ -114,6 +117,25 @@ async def plans(module: types.ModuleType) -> None:
     await plan.execute(inputs={"dsn": "sqlite://"}, timeout="2")  # type: ignore[arg-type]
     assert_type(report.timeout, float | None)
     assert_type(report.nodes["fetch"].clipped, int)
+    assert_type(report.run_id, str | None)
+    assert_type(seen[0].run, str)
+
+    # the service tools: metrics, the release check, the retry schedule
+    metrics = MetricsObserver()
+    with assert_all_released(plan) as released:
+        await plan.execute(inputs={"dsn": "sqlite://"}, observer=[metrics, released])
+    assert_type(released, ReleaseCheck)
+    assert_type(released.problems(), list[str])
+    assert_type(retry_waits(plan, "fetch"), tuple[tuple[float, float], ...])
+    retry_waits(plan, "fetch", True)  # type: ignore[call-arg]
+
+
+def service_tools(plan: PreparedPlan) -> None:
+    startup = Startup(lambda: plan)
+    assert_type(startup, Startup[PreparedPlan])
+    dependency = run_values(lambda: plan, lambda: {"dsn": "x"}, timeout=1.0)
+    assert_type(dependency, Callable[..., AsyncIterator[dict[str, Any]]])
+    Startup(42)  # type: ignore[arg-type]
 
 
 def failure_types(error: BaseException) -> None:

@@ -73,6 +73,7 @@ class Calls:
         "_record",
         "_reporter",
         "_run",
+        "_run_id",
         "_two_clocks",
         "_values",
         "_watch",
@@ -96,8 +97,10 @@ class Calls:
         watch: bool,
         reporter: Reporter | None,
         record: FailureRecord,
+        run_id: str | None,
     ) -> None:
         self._jobs = jobs
+        self._run_id = run_id  # the id a reporter made here gives the run's log records
         self._arguments = jobs.calling.arguments
         self._run = run
         self._loop = loop
@@ -120,7 +123,7 @@ class Calls:
         one made on first use (nobody to tell but the log)."""
         reporter = self._reporter
         if reporter is None:
-            reporter = self._reporter = Reporter(self._jobs, None, self._loop, None)
+            reporter = self._reporter = Reporter(self._jobs, None, self._loop, None, self._run_id)
         return reporter
 
     def execute(self, commands: Sequence[_core.Command]) -> None:

@@ -20,7 +20,7 @@ from typing import Any, Final, NoReturn
 
 from .. import _core
 from .._declarations import Acquisition
-from .._observe import observers_of
+from .._observe import GIVEN_RUN_ID, observers_of
 from .attempts import EventKind
 from .calls import Calls
 from .coordinator import Stage, coordinate, salvage_detached
@@ -115,6 +115,7 @@ class RunContext:
         "_record",
         "_reporter",
         "_run",
+        "_run_id",
         "_seed",
         "_stage",
         "_values",
@@ -156,6 +157,7 @@ class RunContext:
         # Made on first use: a run that neither fails nor is watched needs none of them.
         self._record: FailureRecord | None = None
         self._reporter: Reporter | None = None
+        self._run_id = GIVEN_RUN_ID.get()  # None: the reporter makes one when first used
         self._calls: Calls | None = None
         self._outcomes: Outcomes | None = None
         self._phase_task: asyncio.Task[None] | None = None
@@ -176,9 +178,13 @@ class RunContext:
         reporter = self._reporter
         if reporter is None:
             observers = self._observers
-            reporter = self._reporter = Reporter(
-                self._jobs, observers, self._loop, None if observers is None else self._terminated
-            )
+            if observers is None and self._calls is not None:
+                reporter = self._reporter = self._calls.report()  # one per run: its id
+            else:
+                on_termination = None if observers is None else self._terminated
+                reporter = self._reporter = Reporter(
+                    self._jobs, observers, self._loop, on_termination, self._run_id
+                )
         return reporter
 
     def _parts(self) -> Calls:
@@ -196,7 +202,7 @@ class RunContext:
             )
             calls = self._calls = Calls(
                 self._jobs, run, loop, values, acquisitions, self._clipped, self._watch,
-                reporter, record,
+                reporter, record, self._run_id,
             )  # fmt: skip
             self._outcomes = Outcomes(
                 calls, run, loop, values, acquisitions, self._deadline is not None,

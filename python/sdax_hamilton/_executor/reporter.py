@@ -15,12 +15,11 @@ Jobs are the core's job ids, read through the plan's ``JobTable``. Attempt numbe
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Callable
 from typing import Final
 
-from .._observe import EventKind, Observer, RunEvent
+from .._observe import EventKind, Observer, RunEvent, new_run_id
 from .jobs import JobTable
 from .verdicts import plural
 
@@ -33,11 +32,20 @@ _answers: Final[dict[int, bool]] = getattr(logger, "_cache", {})
 
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
 
-_run_ids = itertools.count(1)
+
+def seconds(value: float) -> str:
+    """A duration for a log line, to the millisecond (``0.01``, ``0.001``, ``2.5``, ``30``);
+    one significant digit below that (``0.0004``)."""
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return f"{value:.1g}" if text == "0" and value > 0 else text
 
 
 class Reporter:
     """Logs and observers of one run.
+
+    Every record it logs carries the run's id and the node as ``LogRecord`` attributes
+    ``run_id`` and ``node`` (``None`` for a record about the whole run), the id the run's
+    events (``RunEvent.run``) and Hamilton graph hooks get (docs/logging.md).
 
     A run creates its reporter on first use. It asks :meth:`wants_attempts` once and skips
     the per-attempt calls of a successful run (``attempt_started``, ``attempt_returned``,
@@ -47,7 +55,8 @@ class Reporter:
     one. Every other call is made whenever its moment happens (failures, retries,
     timeouts: they log).
 
-    An observer's ``Exception`` (or ``CancelledError``) is logged and ignored. A
+    An observer's ``Exception`` (or ``CancelledError``) is logged (once per observer and
+    run, the rest counted) and ignored. A
     ``KeyboardInterrupt`` / ``SystemExit`` is logged and handed to ``on_termination``,
     which stops the run like the same exception out of a node would.
     """
@@ -58,6 +67,7 @@ class Reporter:
         "_loop",
         "_observers",
         "_on_termination",
+        "_raised",
         "_run_id",
     )
 
@@ -67,14 +77,19 @@ class Reporter:
         observers: tuple[Observer, ...] | None,
         loop: asyncio.AbstractEventLoop,
         on_termination: Callable[[BaseException], None] | None,
+        run_id: str | None = None,
     ) -> None:
         self._jobs = jobs  # names are looked up when needed: nothing per node per run
         self._observers = observers
         self._loop = loop
         # Only observers can raise into the run; without them, no way back into it.
         self._on_termination = on_termination if observers is not None else None
-        self._run_id = next(_run_ids) if observers is not None else 0
+        # Given when Hamilton graph hooks run around the run (they got it first); made here
+        # otherwise, on first use: a run nobody watches and that does not fail makes none.
+        self._run_id = run_id if run_id is not None else new_run_id()
         self._debug = logger.isEnabledFor(logging.DEBUG)
+        # Observers that raised in this run: name and how many times (one record each).
+        self._raised: dict[int, tuple[str, int]] | None = None
 
     @staticmethod
     def wants_attempts(observers: tuple[Observer, ...] | None) -> bool:
@@ -107,6 +122,7 @@ class Reporter:
                 "run timeout %.3f s: the forward phase ends by loop time %.3f",
                 deadline - self._loop.time(),
                 deadline,
+                extra=self._whole(),
             )
         if self._observers is not None:
             self._emit("run_started", "", 0, nodes=nodes, deadline=deadline)
@@ -119,6 +135,15 @@ class Reporter:
         """Everything is released (or the driver gave up); ``error`` is what the run raises."""
         if self._observers is not None:
             self._emit("run_finished", "", 0, error=error)
+        if self._raised is not None:
+            for name, times in self._raised.values():
+                if times > 1:
+                    logger.error(
+                        "observer %s raised %d more times in this run; ignored",
+                        name,
+                        times - 1,
+                        extra=self._whole(),
+                    )
 
     # ---------------------------------------------------------------- attempts
 
@@ -134,9 +159,12 @@ class Reporter:
                     name,
                     number,
                     " (timeout clipped to the run's)" if clipped else "",
+                    extra=self._extra(job),
                 )
             else:
-                logger.debug("release of %r: attempt %d started", name, number)
+                logger.debug(
+                    "release of %r: attempt %d started", name, number, extra=self._extra(job)
+                )
         if self._observers is not None:
             kind: EventKind = "attempt_started" if forward else "release_started"
             self._emit(kind, name, number, clipped=clipped)
@@ -149,6 +177,7 @@ class Reporter:
                 self._name(job),
                 number,
                 " (after swallowing its timeout cancellation)" if timed_out else "",
+                extra=self._extra(job),
             )
 
     def attempt_succeeded(self, job: int, number: int) -> None:
@@ -156,7 +185,7 @@ class Reporter:
         forward = self._jobs[job].forward
         name = self._name(job)
         if self._debug and not forward:
-            logger.debug("release of %r: completed", name)
+            logger.debug("release of %r: completed", name, extra=self._extra(job))
         if self._observers is not None:
             self._emit("attempt_succeeded" if forward else "release_succeeded", name, number)
 
@@ -181,6 +210,7 @@ class Reporter:
                 type(error).__qualname__,
                 number,
                 retry_delay,
+                extra=self._extra(job),
             )
         if self._observers is not None:
             self._emit("attempt_failed" if forward else "release_failed", name, number, error=error)
@@ -198,12 +228,14 @@ class Reporter:
                 "%s: attempt %d timed out after %s s%s; waiting for it to finish",
                 self._subject(job),
                 number,
-                timeout,
+                "?" if timeout is None else seconds(timeout),
                 " (cut short by the run's timeout)" if clipped else "",
+                extra=self._extra(job),
             )
         if self._observers is not None:
-            forward = self._jobs[job].forward
-            kind: EventKind = "attempt_timed_out" if forward else "release_timed_out"
+            kind: EventKind = (
+                "attempt_timed_out" if self._jobs[job].forward else "release_timed_out"
+            )
             self._emit(kind, self._name(job), number, clipped=clipped)
 
     def retry_skipped(
@@ -218,6 +250,7 @@ class Reporter:
                 number,
                 type(error).__qualname__,
                 "" if wait is None else f" (wait {wait:.3f} s)",
+                extra=self._extra(job),
             )
         if self._observers is not None:
             self._emit("retry_skipped", self._name(job), number, delay=wait, error=error)
@@ -231,6 +264,7 @@ class Reporter:
                 self._subject(job),
                 number,
                 problem,
+                extra=self._extra(job),
             )
 
     def deadline_expired(self, job: int, number: int, error: BaseException) -> None:
@@ -240,6 +274,7 @@ class Reporter:
                 "%s: the run's timeout expired before %s could start",
                 self._subject(job),
                 "it" if number == 1 else f"attempt {number}",
+                extra=self._extra(job),
             )
         if self._observers is not None:
             self._emit("deadline_expired", self._name(job), number, error=error)
@@ -269,16 +304,32 @@ class Reporter:
         """``job`` failed for good after ``attempts`` attempts (``None``: before the first)."""
         if logger.isEnabledFor(logging.ERROR):
             if attempts is None:
-                logger.error("%s failed before its first attempt", self._subject(job))
+                logger.error(
+                    "%s failed before its first attempt", self._subject(job), extra=self._extra(job)
+                )
             else:
                 logger.error(
                     "%s failed after %s with %s",
                     self._subject(job),
                     plural(attempts),
                     type(error).__qualname__,
+                    extra=self._extra(job),
                 )
 
     # ---------------------------------------------------------------- helpers
+
+    def _extra(self, job: int) -> dict[str, object]:
+        """The ``LogRecord`` attributes of a record about ``job``: the run's id, the node."""
+        return {"run_id": self._run_id, "node": self._name(job)}
+
+    def _whole(self) -> dict[str, object]:
+        """The ``LogRecord`` attributes of a record about the whole run."""
+        return {"run_id": self._run_id, "node": None}
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (``RunEvent.run``, log records' ``run_id``)."""
+        return self._run_id
 
     def _name(self, job: int) -> str:
         """The node a job belongs to (the owner, for a release job)."""
@@ -319,8 +370,17 @@ class Reporter:
                 self._observer_raised(observer, event, exc)
 
     def _observer_raised(self, observer: Observer, event: RunEvent, exc: BaseException) -> None:
+        """Log an observer's exception once per observer and run (with its traceback); later
+        ones are counted and summed up when the run finishes: one misuse, one record."""
         termination = isinstance(exc, _TERMINATION)
         name = getattr(observer, "__qualname__", None) or type(observer).__qualname__
+        raised = self._raised
+        if raised is None:
+            raised = self._raised = {}
+        _, times = raised.get(id(observer), (name, 0))
+        raised[id(observer)] = (name, times + 1)
+        if times and not termination:
+            return
         subject = f" of {event.node!r}" if event.node else ""
         logger.error(
             "observer %s raised %s on the %s event%s; %s",
@@ -330,6 +390,7 @@ class Reporter:
             subject,
             "stopping the run" if termination else "ignored",
             exc_info=exc,
+            extra={"run_id": self._run_id, "node": event.node or None},
         )
         if termination and self._on_termination is not None:
             self._on_termination(exc)

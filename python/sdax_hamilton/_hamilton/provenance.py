@@ -139,6 +139,9 @@ def validation_gate(
                 name,
                 validator_name,
                 level,
+                # the node, as on the run's other records; the gate runs inside the node's
+                # call, which does not know the run's id (docs/logging.md)
+                extra={"run_id": None, "node": name},
             )
             if level == "fail":
                 failed.append(validator_name)
