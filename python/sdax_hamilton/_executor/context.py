@@ -189,17 +189,13 @@ class RunContext:
 
     def _parts(self) -> Calls:
         """The driver's parts (``_calls``, ``_outcomes``), made when the run first carries
-        out a command itself or hears of an event; returns ``_calls``."""
+        out a command itself or hears of an event (the run's reporter, if it has one: the
+        parts make one when needed); returns ``_calls``."""
         calls = self._calls
         if calls is None:
-            # The run's reporter if it has one; the parts make a quiet one when needed.
             reporter, record = self._reporter, self._failures()
-            run, loop, values, acquisitions = (
-                self._run,
-                self._loop,
-                self._values,
-                self._acquisitions,
-            )
+            run, loop, values = self._run, self._loop, self._values
+            acquisitions = self._acquisitions
             calls = self._calls = Calls(
                 self._jobs, run, loop, values, acquisitions, self._clipped, self._watch,
                 reporter, record, self._run_id,
@@ -229,18 +225,16 @@ class RunContext:
         self._fail_run()
 
     async def execute(self) -> dict[str, Any]:
-        """The run without a body (``PreparedPlan.execute``): the forward task goes on with
-        the shutdown phase as soon as the forward phase is over, so both phases cost one
-        task and one wait."""
+        """The run without a body: the forward task goes on with the shutdown phase."""
         results = self.execute_at_once()
         if results is None:
             results = await self.execute_rest()
         return results
 
     def execute_at_once(self) -> dict[str, Any] | None:
-        """:meth:`execute` as far as it goes without waiting: its results when the run was
-        over within its task's first step and the caller has no cancellation pending,
-        ``None`` when the caller must ``await execute_rest()``."""
+        """:meth:`execute` as far as it goes without waiting: its results, or ``None`` when
+        the caller must ``await execute_rest()`` (the phase suspended, or a cancellation
+        is pending for the caller)."""
         self._enter()
         if not self._start_phase(coordinate(self, None, True), _DONE):
             return None
