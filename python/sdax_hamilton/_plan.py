@@ -186,33 +186,10 @@ class PreparedPlan:
                 table = None
             if table is not None:
                 return table  # else a check below fails and says why
-        # A snapshot: a key's own __hash__ or __eq__, run by the checks below, may change the
-        # caller's dict (docs/contract.md#hostile-bindings).
-        supplied = (
-            _copy(inputs, program.input_names, self._input_hint, "Input")
-            if type(inputs) is dict
-            else {}
-            if inputs is None
-            else _read(inputs, "inputs")
-        )
-        if not _same_names(supplied, program.input_names):
-            supplied = _named(supplied, program.input_names, self._input_hint, "Input")
+        supplied = _supplied(inputs, program.input_names, self._input_hint, "Input")
         replaced = None
         if overrides is not None or self.override_nodes:
-            replaced = (
-                _copy(overrides, self.override_nodes, self._override_hint, "Override")
-                if type(overrides) is dict
-                else {}
-                if overrides is None
-                else _read(overrides, "overrides")
-            )
-            if not _same_names(replaced, self.override_nodes):
-                replaced = _named(replaced, self.override_nodes, self._override_hint, "Override")
-        # Read back by the plan's own names: a key whose __hash__ or __eq__ lies may pass the
-        # shape check and still not be found by its name.
-        supplied = _by_name(supplied, program.input_names, "Input")
-        if replaced is not None:
-            replaced = _by_name(replaced, self.override_nodes, "Override")
+            replaced = _supplied(overrides, self.override_nodes, self._override_hint, "Override")
         _check_values(program.input_checks, supplied, "input")
         table = {**program.config_table, **supplied}
         if replaced:
@@ -394,6 +371,31 @@ def _copy(
         return dict(supplied)
     except Exception:
         return _named(supplied, expected, hint, kind)
+
+
+def _supplied(
+    value: Mapping[str, Any] | None,
+    expected: frozenset[str],
+    hint: Callable[[str], str],
+    kind: str,
+) -> dict[str, Any]:
+    """A caller's ``inputs``/``overrides`` checked for shape and keyed by the plan's own names.
+
+    A snapshot first: a key's own ``__hash__`` or ``__eq__``, run by the checks, may change the
+    caller's dict (docs/contract.md#hostile-bindings). Then read back by the plan's names: a
+    key whose ``__hash__`` or ``__eq__`` lies may pass the shape check and still not be found
+    by its name."""
+    what = "inputs" if kind == "Input" else "overrides"
+    supplied = (
+        _copy(value, expected, hint, kind)
+        if type(value) is dict
+        else {}
+        if value is None
+        else _read(value, what)
+    )
+    if not _same_names(supplied, expected):
+        supplied = _named(supplied, expected, hint, kind)
+    return _by_name(supplied, expected, kind)
 
 
 def _by_name(supplied: dict[Any, Any], names: Collection[str], kind: str) -> dict[str, Any]:
