@@ -154,14 +154,22 @@ def with_headroom(headroom: int, call: Callable[[], Any]) -> Any:
 
 def test_near_the_recursion_limit_a_deep_annotation_is_a_type_error() -> None:
     annotation = levels("dict", MAX_DEPTH)  # within the limit, but a fresh one to normalise
+    # CPython 3.12+ counts C recursion apart from Python frames (and what an earlier test
+    # normalised may be reused): there a call may find its answer within the room left.
+    # Either an answer or the TypeError, never a RecursionError; on 3.11 always the TypeError.
+    strict = sys.version_info < (3, 12)
     for call in (
         lambda: validate_type(annotation, where="m.f.x"),
         lambda: checker(annotation),
         lambda: accepts([], annotation),
         lambda: compatible(annotation, int),
     ):
-        with pytest.raises(TypeError, match="too deeply for the stack left"):
+        try:
             with_headroom(60, call)
+        except TypeError as exc:
+            assert "too deeply for the stack left" in str(exc)
+        else:
+            assert not strict, "expected the TypeError with the stack nearly spent"
     validate_type(annotation, where="m.f.x")  # with the stack back, it is accepted
 
 
