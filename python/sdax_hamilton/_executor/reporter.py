@@ -114,18 +114,23 @@ class Reporter:
 
     # ---------------------------------------------------------------- the whole run
 
-    def run_started(self, nodes: tuple[str, ...], deadline: float | None = None) -> None:
-        """The run begins; ``deadline``: loop time at which its timeout ends the forward
-        phase (``None``: the run has no timeout)."""
+    def run_started(
+        self, nodes: tuple[str, ...], deadline: float | None = None, timeout: float = 0.0
+    ) -> None:
+        """The run begins; ``deadline``: loop time at which its ``timeout`` (seconds, as
+        the caller gave it) ends the forward phase (``None``: the run has no timeout)."""
         if deadline is not None and self._debug:
+            # The caller's figure, not the time left now: a log line reads back what was asked.
             logger.debug(
                 "run timeout %.3f s: the forward phase ends by loop time %.3f",
-                deadline - self._loop.time(),
+                timeout,
                 deadline,
                 extra=self._whole(),
             )
         if self._observers is not None:
-            self._emit("run_started", "", 0, nodes=nodes, deadline=deadline)
+            # Stamped with the instant the deadline was counted from, so the two agree exactly.
+            at = None if deadline is None else deadline - timeout
+            self._emit("run_started", "", 0, nodes=nodes, deadline=deadline, at=at)
 
     def shutdown_started(self) -> None:
         if self._observers is not None:
@@ -349,13 +354,14 @@ class Reporter:
         nodes: tuple[str, ...] = (),
         deadline: float | None = None,
         clipped: bool = False,
+        at: float | None = None,
     ) -> None:
         """Call every observer with one event; an observer's exception never escapes."""
         event = RunEvent(
             kind,
             node,
             attempt,
-            self._loop.time(),
+            self._loop.time() if at is None else at,
             delay,
             error,
             self._run_id,
