@@ -164,6 +164,7 @@ trigger("hamilton-edge")(
     )
 )
 trigger("duplicate-node")(lambda: Driver(_module(UNTIL), _module(UNTIL)))
+trigger("driver-module-overrides")(lambda: D(_module(UNTIL), allow_module_overrides=1))
 
 RELEASE = """
 from sdax_hamilton import Acquisition, shutdown

@@ -136,6 +136,7 @@ def nested(fn: FunctionType) -> list[FunctionType]:
                     f"{origin(fn)}: subdag source {type(source).__name__} is not a Python "
                     "function; pass the subdag's functions or modules"
                 )
-            check_defining_module(source)
+            # Subdag functions need not be module attributes: Hamilton's reuse pattern
+            # defines them inside a function that returns them (docs/contract.md#discovery).
             found.append(source)
     return found

@@ -54,6 +54,10 @@ class Driver:
     The Driver is a snapshot: declarations are copied when it is built, so rebinding module
     attributes afterwards does not change it. Build another Driver to change declarations.
 
+    ``allow_module_overrides``: ``True`` lets a later module's function replace an earlier
+    module's function of the same name, as Hamilton's ``Builder.allow_module_overrides()``
+    (``False``: two nodes of one name are a ``ValueError``).
+
     ``adapters``: Hamilton lifecycle adapters (progress bars, tracers, the Hamilton UI's
     tracker); their hooks run around every run and every attempt of its plans, and those
     that would replace execution or the result are refused (docs/adapters.md).
@@ -67,17 +71,25 @@ class Driver:
         *modules: ModuleType,
         config: Mapping[str, Any] | None = None,
         adapters: Sequence[object] | None = None,
+        allow_module_overrides: bool = False,
     ) -> None:
         values = _config(config)
         check_hamilton_version()
         unique = _modules(modules)
         # Hamilton lifecycle adapters (docs/adapters.md): checked first, build hooks run here.
         accepted = check_adapters(adapters)
+        if not isinstance(allow_module_overrides, bool):
+            raise TypeError(
+                "allow_module_overrides must be True or False, not "
+                f"{_messages.type_name(allow_module_overrides)}"
+            )
         hamilton_nodes: dict[str, Any] | None = None
         if accepted:
             pre_do_anything(accepted)
             hamilton_nodes = {}
-        self._nodes = translate(unique, values, hamilton_nodes)
+        self._nodes = translate(
+            unique, values, hamilton_nodes, allow_module_overrides=allow_module_overrides
+        )
         self._config = MappingProxyType(values)
         from .._plan import compile_graph
 

@@ -42,18 +42,26 @@ def loaded(module: ModuleType) -> None:
 
 
 def check_defining_module(fn: Any) -> None:
+    """A module function must be the object its module holds under its name.
+
+    Hamilton's ``config.when`` renames the function object it resolves (``y__a`` becomes
+    ``y``, the old name kept as ``__original_name__``), so a module Hamilton's own driver
+    has built holds it under its original name: either name identifies it.
+    """
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     name = getattr(fn, "__name__", None)
-    if (
-        not isinstance(module, ModuleType)
-        or not isinstance(name, str)
-        or module.__dict__.get(name) is not fn
-    ):
-        raise ValueError(
-            f"Declaration {origin(fn)} has an ambiguous defining module: it is not "
-            f"retrievable as {getattr(fn, '__module__', '?')}.{name}; define it with def "
-            "under its own name in its module"
-        )
+    if isinstance(module, ModuleType) and isinstance(name, str):
+        held = module.__dict__
+        if held.get(name) is fn:
+            return
+        original = getattr(fn, "__original_name__", None)
+        if isinstance(original, str) and held.get(original) is fn:
+            return
+    raise ValueError(
+        f"Declaration {origin(fn)} has an ambiguous defining module: it is not "
+        f"retrievable as {getattr(fn, '__module__', '?')}.{name}; define it with def "
+        "under its own name in its module"
+    )
 
 
 def hints(fn: Callable[..., Any]) -> dict[str, Any]:
