@@ -57,11 +57,12 @@ def test_signatures_are_keyword_only_with_documented_defaults() -> None:
         "max_delay": None,
         "retry_after": None,
     }
-    for factory, extra in ((execution, []), (shutdown, ["of"])):
+    only_execution = {"in_thread": False}
+    for factory, extra, after in ((execution, [], only_execution), (shutdown, ["of"], {})):
         params = inspect.signature(factory).parameters
-        assert list(params) == [*extra, *expected]
+        assert list(params) == [*extra, *expected, *after]
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
-        for name, default in expected.items():
+        for name, default in {**expected, **after}.items():
             assert params[name].default == default
     assert inspect.signature(shutdown).parameters["of"].default is inspect.Parameter.empty
 

@@ -118,6 +118,15 @@ trigger("policy-type")(lambda: E(timeout="5"))
 trigger("retryable-termination")(lambda: E(retryable_exceptions=(KeyboardInterrupt,)))
 trigger("target-type")(lambda: E(target_=5))
 trigger("shutdown-of")(lambda: S(of=5))
+trigger("in-thread-type")(lambda: E(in_thread=1))
+
+
+@trigger("in-thread-async")
+def _() -> object:
+    async def fetch() -> int:
+        return 1
+
+    return E(in_thread=True)(fetch)
 
 
 @trigger("conflicting-declaration")
@@ -164,6 +173,7 @@ trigger("hamilton-edge")(
     )
 )
 trigger("duplicate-node")(lambda: Driver(_module(UNTIL), _module(UNTIL)))
+trigger("driver-executor")(lambda: D(_module(UNTIL), executor=object()))
 trigger("driver-module-overrides")(lambda: D(_module(UNTIL), allow_module_overrides=1))
 
 RELEASE = """

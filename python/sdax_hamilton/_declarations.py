@@ -9,6 +9,7 @@ same object, so direct calls and static types are unchanged. The Hamilton transl
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Final, Generic, TypeVar, cast, final
@@ -147,6 +148,9 @@ class ExecutionDeclaration:
 
     policy: Policy
     target: tuple[str, ...] | None
+    in_thread: bool = False
+    """Each attempt runs the (sync) function in a worker thread (docs/lifecycle.md,
+    "Blocking functions")."""
 
 
 @final
@@ -189,6 +193,7 @@ def execution(
     backoff_factor: float = 2.0,
     max_delay: float | None = None,
     retry_after: RetryAfter | None = None,
+    in_thread: bool = False,
 ) -> Callable[[_F], _F]:
     """Attach a forward attempt policy to a Hamilton function (docs/contract.md#declarations).
 
@@ -198,7 +203,13 @@ def execution(
     ``max_delay`` caps every retry wait before the jitter; ``retry_after(exc)`` may set the
     wait of a retry the retryable set already takes (docs/lifecycle.md, "Deadlines and
     server-directed waits").
+
+    ``in_thread=True`` runs each attempt of a sync function in a worker thread (the
+    Driver's ``executor``), so a blocking call does not stall the event loop; an async
+    function is a ``TypeError`` (docs/lifecycle.md, "Blocking functions").
     """
+    if type(in_thread) is not bool:
+        raise TypeError(f"in_thread must be True or False, not {type(in_thread).__name__}")
     policy = _policy(
         timeout=timeout,
         retries=retries,
@@ -209,9 +220,15 @@ def execution(
         retry_after=retry_after,
     )
     target = _targets(target_)
-    declaration = ExecutionDeclaration(policy=policy, target=target)
+    declaration = ExecutionDeclaration(policy=policy, target=target, in_thread=in_thread)
 
     def decorate(fn: _F) -> _F:
+        if in_thread and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
+            raise TypeError(
+                f"execution(in_thread=True) on async function {_name(fn)}: a worker "
+                "thread runs sync functions only; an async function already leaves the "
+                "loop free while it awaits, so drop in_thread"
+            )
         _check_unclaimed(fn, "execution")
         setattr(fn, DECLARATION_ATTR, declaration)
         return fn

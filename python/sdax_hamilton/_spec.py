@@ -75,3 +75,5 @@ class NodeSpec:
     outside the internals that may take it as an input."""
     borrowed: bool = False
     """Generated node that calls no user code and borrows (projection, gate, step)."""
+    in_thread: bool = False
+    """Each attempt runs ``call`` in a worker thread (``execution(in_thread=True)``)."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Executor
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +59,9 @@ class Driver:
     module's function of the same name, as Hamilton's ``Builder.allow_module_overrides()``
     (``False``: two nodes of one name are a ``ValueError``).
 
+    ``executor``: the ``concurrent.futures.Executor`` whose threads run the attempts of
+    ``execution(in_thread=True)`` nodes (``None``: the event loop's default executor).
+
     ``adapters``: Hamilton lifecycle adapters (progress bars, tracers, the Hamilton UI's
     tracker); their hooks run around every run and every attempt of its plans, and those
     that would replace execution or the result are refused (docs/adapters.md).
@@ -72,6 +76,7 @@ class Driver:
         config: Mapping[str, Any] | None = None,
         adapters: Sequence[object] | None = None,
         allow_module_overrides: bool = False,
+        executor: Executor | None = None,
     ) -> None:
         values = _config(config)
         check_hamilton_version()
@@ -83,6 +88,13 @@ class Driver:
                 "allow_module_overrides must be True or False, not "
                 f"{_messages.type_name(allow_module_overrides)}"
             )
+        if executor is not None and not isinstance(executor, Executor):
+            raise TypeError(
+                "executor must be a concurrent.futures.Executor (e.g. a ThreadPoolExecutor) "
+                f"or None for the event loop's default executor, not "
+                f"{_messages.type_name(executor)}"
+            )
+        self._executor = executor
         hamilton_nodes: dict[str, Any] | None = None
         if accepted:
             pre_do_anything(accepted)
@@ -123,4 +135,5 @@ class Driver:
             check_outputs=check_outputs,
             graph=self._graph,
             adapters=self._adapters,
+            executor=self._executor,
         )

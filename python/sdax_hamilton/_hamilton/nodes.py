@@ -183,5 +183,6 @@ def specs(
             validation_internal=prov.internal,
             validation_gate=gate,
             borrowed=prov.kind == ALIAS and bool(node_borrows),
+            in_thread=name in placement.threaded,
         )
     return table

@@ -27,6 +27,8 @@ class Placement:
     """Owned node -> its release."""
     ownership: frozenset[str]
     """Actual calls of shutdown-declared functions (each must be owned when selected)."""
+    threaded: frozenset[str] = frozenset()
+    """Nodes whose attempts run in a worker thread (``execution(in_thread=True)``)."""
 
 
 Mounts = dict[tuple[str, ...], list[str]]
@@ -61,6 +63,7 @@ def place(
     policies: dict[str, _core.Policy] = {}
     releases: dict[str, tuple[ReleaseSpec, FunctionType]] = {}
     ownership: set[str] = set()
+    threaded: set[str] = set()
 
     for fn in declarations:
         mounts = groups.get(id(fn), {})
@@ -73,6 +76,8 @@ def place(
                         "node one execution(...) (check the declarations' target_)"
                     )
                 policies[name] = found.policy
+                if found.in_thread:
+                    threaded.add(name)
         shutdowns = shutdowns_of(fn)
         if not shutdowns:
             continue
@@ -80,7 +85,7 @@ def place(
             ownership.update(name for name in names if by_name[name].prov.kind == CALL)
         for shutdown in shutdowns:
             _place_release(fn, shutdown, mounts, by_name, checks, releases)
-    return Placement(policies, releases, frozenset(ownership))
+    return Placement(policies, releases, frozenset(ownership), frozenset(threaded))
 
 
 def _place_release(
