@@ -296,3 +296,72 @@ def test_allow_module_overrides_must_be_a_bool(make_module: Any) -> None:
     base = make_module(BASE)
     with pytest.raises(TypeError, match="allow_module_overrides must be True or False"):
         Driver(base, allow_module_overrides=1)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------ helpers of pipeline steps
+
+HELPER = """
+from hamilton.function_modifiers import pipe_input, pipe_output, step
+from sdax_hamilton import Acquisition, execution, shutdown
+
+CALLS = []
+RELEASED = []
+FAIL_ONCE = [True]
+
+
+def conn(base: int) -> list[int]:
+    CALLS.append(base)
+    return [base]
+
+
+@shutdown(of=conn)
+def close(acquired: Acquisition[list[int]]) -> None:
+    RELEASED.append(acquired.value[0])
+
+
+def _replacement_close(acquired: Acquisition[list[int]]) -> None:
+    RELEASED.append(-1)
+
+
+def _replacement_conn(base: int) -> list[int]:
+    return [-1]
+
+
+@execution(retries=1, initial_delay=0.0)
+def _scaled(v: int) -> int:
+    if FAIL_ONCE:
+        FAIL_ONCE.clear()
+        raise ConnectionError("first call fails")
+    return v * 10
+
+
+@pipe_input(step(conn))
+def piped(base: list[int]) -> int:
+    return base[0] + 1
+
+
+@pipe_output(step(_scaled))
+def scaled(base: int) -> int:
+    return base
+"""
+
+
+async def test_a_release_on_a_helper_called_directly_and_from_a_step(make_module: Any) -> None:
+    mod = make_module(HELPER)
+    plan = Driver(mod).prepare(["conn", "piped"])
+    # the module changes after the Driver was built: the plan keeps what it copied
+    mod.close.__code__ = mod._replacement_close.__code__
+    mod.conn.__code__ = mod._replacement_conn.__code__
+    async with plan.open(inputs={"base": 3}) as values:
+        assert dict(values) == {"conn": [3], "piped": 4}
+        assert mod.RELEASED == []
+    assert mod.CALLS == [3, 3]  # the node conn, and the step piped.with_conn
+    assert mod.RELEASED == [3, 3]  # each acquisition released once, by the original release
+
+
+async def test_an_execution_policy_on_a_step_function_governs_the_step(make_module: Any) -> None:
+    mod = make_module(HELPER)
+    result = await Driver(mod).prepare(["scaled"]).execute(inputs={"base": 2})
+    assert result == {"scaled": 20}  # the step's first call failed and was retried
+    mod.FAIL_ONCE.append(True)
+    assert hamilton_values([mod], ["piped"], inputs={"base": 3}) == {"piped": 4}

@@ -38,8 +38,20 @@ _POWER_USER_MODE = "hamilton.enable_power_user_mode"
 class Resolver:
     """Expands declarations with Hamilton's lifecycle, recording each node's provenance."""
 
-    def __init__(self, facts: dict[int, Facts]) -> None:
+    def __init__(self, facts: dict[int, Facts], helpers: Iterable[FunctionType] = ()) -> None:
         self.facts = facts
+        # A step's function is resolved as a clone sharing code and closure with the
+        # user's function (snapshot.clone): that pair finds the helper it copies.
+        self.helpers: dict[tuple[int, int], FunctionType] = {
+            (id(fn.__code__), id(fn.__closure__)): fn for fn in helpers
+        }
+
+    def helper_of(self, fn: Any) -> FunctionType | None:
+        """The step function carrying a declaration that ``fn`` is a copy of, if any."""
+        if not self.helpers or not isinstance(fn, FunctionType):
+            return None
+        found = self.helpers.get((id(fn.__code__), id(fn.__closure__)))
+        return found if found is not None and found.__code__ is fn.__code__ else None
 
     def resolve(
         self, fn: FunctionType, config: dict[str, Any], mount: tuple[str, ...]
@@ -164,7 +176,7 @@ def _save_to(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
     _transform(modifier, res, IO)
 
 
-def _pipe_input(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
+def _pipe_input(resolver: Resolver, modifier: Any, res: Resolution) -> None:
     original = modifier.inject_nodes
     original_mapping = modifier._create_valid_parameters_transforms_mapping
     mapped: list[dict[str, list[Any]]] = []
@@ -187,14 +199,14 @@ def _pipe_input(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
             for applicable in transforms
             if applicable.resolves(config)
         ]
-        _step_sources(res, fn.__name__, steps, nodes)
+        _step_sources(resolver, res, fn.__name__, steps, nodes)
         return nodes, renames
 
     res.install(modifier, "_create_valid_parameters_transforms_mapping", create_mapping)
     res.install(modifier, "inject_nodes", inject_nodes)
 
 
-def _pipe_output(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
+def _pipe_output(resolver: Resolver, modifier: Any, res: Resolution) -> None:
     original = modifier.transform_node
     original_filter = modifier._filter_individual_target
     selected: list[tuple[Any, ...]] = []
@@ -223,22 +235,28 @@ def _pipe_output(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
             res.roles[produced.name] = res.made(ALIAS)
         res.roles[final.name] = res.made(ALIAS)
         enabled = [t for t in (selected[-1] if selected else ()) if t.resolves(config)]
-        _step_sources(res, node_.name, enabled, steps)
+        _step_sources(resolver, res, node_.name, enabled, steps)
         return out
 
     res.install(modifier, "_filter_individual_target", filter_individual_target)
     res.install(modifier, "transform_node", transform_node)
 
 
-def _step_sources(res: Resolution, node: str, steps: list[Any], produced: list[Any]) -> None:
+def _step_sources(
+    resolver: Resolver, res: Resolution, node: str, steps: list[Any], produced: list[Any]
+) -> None:
     """Record, for each step node, the step parameter bound to each source (with its
     default: Hamilton keeps it under the parameter's name, the node's input is the
     source's). Steps of one decorator binding parameters to one source with different
-    defaults are refused, as parameters of one node are (docs/bindings.md)."""
+    defaults are refused, as parameters of one node are (docs/bindings.md). A step whose
+    function carries an ``execution`` or a ``shutdown`` is a call of that function."""
     if len(steps) != len(produced):  # pragma: no cover - Hamilton changed its chaining
         raise RuntimeError(f"unexpected pipeline expansion of {node}")
     merged: dict[str, list[bindings.Bound]] = {}
     for applicable, step_node in zip(steps, produced, strict=True):
+        helper = resolver.helper_of(applicable.fn)
+        if helper is not None:
+            res.roles[step_node.name] = Prov(CALL, helper, res.mount, helper=True)
         found = bindings.step_sources(applicable, step_node)
         res.record_sources(step_node, found)
         for source, bound in found.items():

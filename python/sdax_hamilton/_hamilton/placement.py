@@ -137,7 +137,10 @@ def targets(
     for mount, names in mounts.items():
         calls = [name for name in names if by_name[name].prov.kind == CALL]
         if target is None:
-            if not mount and len(calls) > 1:
+            # the pipeline steps calling a helper are its calls wherever they are; only
+            # the nodes its own resolution made must be one
+            own = [name for name in calls if not by_name[name].prov.helper]
+            if not mount and len(own) > 1:
                 raise ValueError(
                     f"expanded declaration requires explicit target_: {origin(fn)} "
                     f"generates {_messages.names(calls)}; pass target_= naming the ones "

@@ -35,7 +35,7 @@ def translate(
     for release in found.releases:
         checks.check_release(release)
 
-    resolver = Resolver(checks.facts)
+    resolver = Resolver(checks.facts, found.helpers)
     generated: list[Generated] = []
     for fn in found.roots:
         generated.extend(resolver.resolve(fn, dict(config), ()))
