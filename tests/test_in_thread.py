@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+from hamilton.lifecycle import NodeExecutionHook
 
 from sdax_hamilton import Driver, RunEvent, execution
 from sdax_hamilton._failures import ExecutionError
@@ -190,3 +191,35 @@ async def test_a_cancelled_run_waits_for_its_thread(make_module: Any) -> None:
     with pytest.raises(asyncio.CancelledError):
         await run
     assert mod.LOG == ["end"]  # the cancellation reached the caller after the thread
+
+
+class _Hooks(NodeExecutionHook):
+    """Hamilton's node hooks: where they run, and what they are told."""
+
+    def __init__(self, log: list[Any]) -> None:
+        self.log = log
+
+    def run_before_node_execution(self, **kwargs: Any) -> None:
+        self.log.append(("before", kwargs["node_name"], threading.current_thread().name))
+
+    def run_after_node_execution(self, **kwargs: Any) -> None:
+        error = kwargs.get("error")
+        self.log.append(("after", kwargs["node_name"], type(error).__name__ if error else None))
+
+
+async def test_node_hooks_stay_on_the_loop_and_see_a_timed_out_thread_end(
+    make_module: Any,
+) -> None:
+    mod = make_module(HEADER + SLOW.format(retries=0))
+    observe = _release_on_timeout(mod, asyncio.get_running_loop())
+    driver = Driver(mod, adapters=[_Hooks(mod.LOG)])
+    with pytest.raises(ExecutionError):
+        await driver.prepare(["slow"]).execute(inputs={"x": 1}, observer=observe)
+    loop_thread = threading.current_thread().name
+    assert mod.LOG == [
+        ("before", "slow", loop_thread),
+        "start",
+        "timed out",
+        "end",
+        ("after", "slow", "TimeoutError"),  # once the thread has returned
+    ]
