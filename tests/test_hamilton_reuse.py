@@ -207,6 +207,47 @@ def test_a_module_hamilton_has_built_builds_here(make_module: Any, built: str, t
     assert ours == hamilton_values([mod], ["y", "z", "w"], config={"mode": then})
 
 
+VERSIONED = """
+from hamilton.function_modifiers import config
+
+
+def new_param() -> str:
+    return "dummy"
+
+
+@config.when(version=0)
+def fn() -> str:
+    return "version_0"
+
+
+@config.when(version=1)
+def fn__v1() -> str:
+    return "version_1"
+
+
+@config.when(version=2)
+def fn__v2(new_param: str) -> str:
+    return f"version_2 {new_param}"
+
+
+@config.when(version=3, name="fn")
+def fn_to_rename() -> str:
+    return "version_3"
+"""
+
+
+def test_a_module_hamilton_has_built_several_times_builds_here(make_module: Any) -> None:
+    # A second resolution by Hamilton overwrites __original_name__ with the new name, and
+    # the module also holds another function under that name (fn, for version 0).
+    mod = make_module(VERSIONED)
+    for built in (1, 2, 3):
+        hamilton_values([mod], ["fn"], config={"version": built})
+        hamilton_values([mod], ["fn"], config={"version": built})
+        for then in (0, 1, 2, 3):
+            ours = our_values(Driver(mod, config={"version": then}), ["fn"])
+            assert ours == hamilton_values([mod], ["fn"], config={"version": then})
+
+
 def test_our_driver_does_not_rename_the_users_functions(make_module: Any) -> None:
     mod = make_module(CONFIGURED)
     assert our_values(Driver(mod, config={"mode": "a"}), ["w"]) == {"w": 402}

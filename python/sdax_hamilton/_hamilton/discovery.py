@@ -34,11 +34,11 @@ def module_functions(module: ModuleType) -> list[FunctionType]:
     loaded(module)
     found: list[FunctionType] = []
     seen: set[int] = set()
-    for _name, fn in graph_utils.find_functions(module):
+    for found_as, fn in graph_utils.find_functions(module):
         if id(fn) in seen:
             continue
         seen.add(id(fn))
-        check_defining_module(fn)
+        check_defining_module(fn, found_as)
         found.append(fn)
     return found
 

@@ -41,12 +41,14 @@ def loaded(module: ModuleType) -> None:
         )
 
 
-def check_defining_module(fn: Any) -> None:
+def check_defining_module(fn: Any, found_as: str | None = None) -> None:
     """A module function must be the object its module holds under its name.
 
     Hamilton's ``config.when`` renames the function object it resolves (``y__a`` becomes
-    ``y``, the old name kept as ``__original_name__``), so a module Hamilton's own driver
-    has built holds it under its original name: either name identifies it.
+    ``y``; it marks it ``__config_decorated__`` and keeps the old name in
+    ``__original_name__``, which a second resolution overwrites with the new one), so a
+    module Hamilton's own driver has built holds such a function under another name: the
+    name discovery found it under, or its original name, identifies it too.
     """
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     name = getattr(fn, "__name__", None)
@@ -54,9 +56,10 @@ def check_defining_module(fn: Any) -> None:
         held = module.__dict__
         if held.get(name) is fn:
             return
-        original = getattr(fn, "__original_name__", None)
-        if isinstance(original, str) and held.get(original) is fn:
-            return
+        if "__config_decorated__" in getattr(fn, "__dict__", {}):
+            for alias in (getattr(fn, "__original_name__", None), found_as):
+                if isinstance(alias, str) and held.get(alias) is fn:
+                    return
     raise ValueError(
         f"Declaration {origin(fn)} has an ambiguous defining module: it is not "
         f"retrievable as {getattr(fn, '__module__', '?')}.{name}; define it with def "
