@@ -223,3 +223,28 @@ async def test_node_hooks_stay_on_the_loop_and_see_a_timed_out_thread_end(
         "end",
         ("after", "slow", "TimeoutError"),  # once the thread has returned
     ]
+
+
+RUN_DEADLINE = """
+RELEASE_THREAD = threading.Event()
+
+@execution(in_thread=True)
+def slow(x: int) -> str:
+    LOG.append("start")
+    RELEASE_THREAD.wait(30)
+    LOG.append("end")
+    return "late"
+"""
+
+
+async def test_a_run_deadline_ends_the_run_only_once_the_thread_has_returned(
+    make_module: Any,
+) -> None:
+    mod = make_module(HEADER + RUN_DEADLINE)
+    observe = _release_on_timeout(mod, asyncio.get_running_loop())
+    with pytest.raises(ExecutionError) as info:
+        await Driver(mod).prepare(["slow"]).execute(inputs={"x": 1}, observer=observe, timeout=0.01)
+    (leaf,) = info.value.exceptions
+    assert isinstance(leaf, TimeoutError)
+    assert any("cut short by the run's timeout" in note for note in leaf.__notes__)
+    assert mod.LOG == ["start", "timed out", "end"]
