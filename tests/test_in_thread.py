@@ -3,6 +3,8 @@ blocking call leaves the event loop free; a thread cannot be cancelled, so a tim
 cancelled attempt drains (the next attempt, the node's completion and the releases wait
 for the thread) and what the thread returns afterwards is discarded (docs/lifecycle.md,
 "Blocking functions"). Real threads throughout; orderings are made by events, not sleeps.
+Timeouts are long enough for a loaded machine to have started the thread: a call the
+executor has not started when its attempt is cancelled is abandoned, never run.
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ def test_a_direct_call_is_unchanged(make_module: Any) -> None:
 SLOW = """
 RELEASE_THREAD = threading.Event()
 
-@execution(in_thread=True, timeout=0.01, retries={retries}, initial_delay=0.0)
+@execution(in_thread=True, timeout=0.5, retries={retries}, initial_delay=0.0)
 def slow(x: int) -> str:
     number = sum(1 for entry in LOG if entry == "start")
     LOG.append("start")
@@ -145,7 +147,7 @@ async def test_a_timed_out_thread_fails_the_attempt_and_the_run_waits_for_it(
 
 
 RELEASED = """
-@execution(in_thread=True, timeout=0.01)
+@execution(in_thread=True, timeout=0.5)
 def slow(connection: list) -> str:
     LOG.append("start")
     RELEASE_THREAD.wait(30)
@@ -243,8 +245,34 @@ async def test_a_run_deadline_ends_the_run_only_once_the_thread_has_returned(
     mod = make_module(HEADER + RUN_DEADLINE)
     observe = _release_on_timeout(mod, asyncio.get_running_loop())
     with pytest.raises(ExecutionError) as info:
-        await Driver(mod).prepare(["slow"]).execute(inputs={"x": 1}, observer=observe, timeout=0.01)
+        await Driver(mod).prepare(["slow"]).execute(inputs={"x": 1}, observer=observe, timeout=0.5)
     (leaf,) = info.value.exceptions
     assert isinstance(leaf, TimeoutError)
     assert any("cut short by the run's timeout" in note for note in leaf.__notes__)
     assert mod.LOG == ["start", "timed out", "end"]
+
+
+QUEUED = """
+@execution(in_thread=True, timeout=0.05)
+def queued(x: int) -> str:
+    LOG.append("ran")
+    return "never"
+"""
+
+
+async def test_a_call_still_queued_when_its_attempt_times_out_never_runs(
+    make_module: Any,
+) -> None:
+    mod = make_module(HEADER + QUEUED)
+    busy = threading.Event()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="sdax-test-busy")
+    occupied = pool.submit(busy.wait, 30)  # the only worker is taken
+    try:
+        with pytest.raises(ExecutionError) as info:
+            await Driver(mod, executor=pool).prepare(["queued"]).execute(inputs={"x": 1})
+        assert [type(leaf) for leaf in info.value.exceptions] == [TimeoutError]
+    finally:
+        busy.set()
+        occupied.result()
+        pool.shutdown(wait=True)  # the queued call is taken up now, and skipped
+    assert mod.LOG == []
