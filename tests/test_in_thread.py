@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -89,6 +89,8 @@ def test_the_executor_must_be_an_executor(make_module: Any) -> None:
     mod = make_module(HEADER + LOOP_FREE)
     with pytest.raises(TypeError, match=r"executor must be a concurrent\.futures\.Executor"):
         Driver(mod, executor=object())  # type: ignore[arg-type]
+    with ProcessPoolExecutor(1) as processes, pytest.raises(TypeError, match="in threads"):
+        Driver(mod, executor=processes)
 
 
 def test_a_direct_call_is_unchanged(make_module: Any) -> None:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Executor
+from concurrent.futures import Executor, ProcessPoolExecutor
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -88,11 +88,13 @@ class Driver:
                 "allow_module_overrides must be True or False, not "
                 f"{_messages.type_name(allow_module_overrides)}"
             )
-        if executor is not None and not isinstance(executor, Executor):
+        if executor is not None and (
+            not isinstance(executor, Executor) or isinstance(executor, ProcessPoolExecutor)
+        ):
             raise TypeError(
-                "executor must be a concurrent.futures.Executor (e.g. a ThreadPoolExecutor) "
-                f"or None for the event loop's default executor, not "
-                f"{_messages.type_name(executor)}"
+                "executor must be a concurrent.futures.Executor running calls in threads of "
+                "this process (e.g. a ThreadPoolExecutor) or None for the event loop's "
+                f"default executor, not {_messages.type_name(executor)}"
             )
         self._executor = executor
         hamilton_nodes: dict[str, Any] | None = None
