@@ -77,6 +77,7 @@ class Calls:
         "_two_clocks",
         "_values",
         "_watch",
+        "cache",
         "inline_attempt",
         "kwargs",
         "table",
@@ -117,6 +118,8 @@ class Calls:
         self.inline_attempt: Attempt | None = None
         self._inline_timer: asyncio.TimerHandle | None = None
         self._two_clocks: bool | None = None  # see ``_clocks_differ``
+        # The run's lookups and stores (``cache.py``), when the plan caches nodes.
+        self.cache = None if jobs.cache is None else jobs.cache.run(self)
 
     def report(self) -> Reporter:
         """The run's reporter: the run's own (``reporter``, when it has observers), else
@@ -195,6 +198,11 @@ class Calls:
             kwargs = self.kwargs[job.id] if attempt_number else self._first_kwargs(attempt)
             if kwargs is None:
                 return  # bad input, reported
+            cache = self.cache
+            if cache is not None and not attempt_number and cache.looks_up(job.id):
+                attempt.aw = cache.lookup(attempt, kwargs)  # the call follows a miss
+                table.fresh.append(attempt)
+                return
             if self._watch:
                 self.report().attempt_started(
                     job.id, attempt_number + 1, self.was_clipped(job, attempt_number)

@@ -41,6 +41,7 @@ _ELAPSED: Final = EventKind.ELAPSED
 _UNSTARTED: Final = EventKind.UNSTARTED
 _BAD_INPUT: Final = EventKind.BAD_INPUT
 _EXPIRED: Final = EventKind.EXPIRED
+_STORED: Final = EventKind.STORED
 _ABORT: Final = EventKind.ABORT
 _FAILED: Final = Verdict.FAILED
 _HINT: Final = _core.HINT
@@ -53,6 +54,7 @@ class Outcomes:
 
     __slots__ = (
         "_acquisitions",
+        "_cache",
         "_calls",
         "_execute",
         "_loop",
@@ -78,6 +80,7 @@ class Outcomes:
         record: FailureRecord,
     ) -> None:
         self._calls = calls
+        self._cache = calls.cache  # the run's lookups and stores (``cache.py``), if any
         self._execute = calls.execute
         self._table = calls.table
         self._run = run
@@ -115,6 +118,8 @@ class Outcomes:
             self._bad_input(subject, payload)
         elif kind is _EXPIRED:
             self._expired(subject, payload)
+        elif kind is _STORED:
+            self._succeeded(subject)
         else:  # ABORT: an observer raised KeyboardInterrupt/SystemExit (already primary)
             self._execute(self._run.cancel())
 
@@ -136,15 +141,21 @@ class Outcomes:
                 self._report().attempt_cancelled(job.id, attempt.number + 1)
                 self._execute(run.drained(job.id))
                 return
-            if self._watch:
+            cache = self._cache
+            hit = cache is not None and cache.hit(attempt)
+            if self._watch and not hit:
                 self._report().attempt_returned(job.id, attempt.number + 1, attempt.timed_out)
             check = node.output_check
             if check is not None and not self._output_ok(attempt, check, value):
                 return
             self._values[node.name] = value
-            if self._watch:
-                self._report().attempt_succeeded(job.id, attempt.number + 1)
-            self._execute(run.succeeded(job.id))
+            if hit:
+                self._report().cache_hit(job.id)
+                self._execute(run.succeeded(job.id))
+                return
+            if cache is not None and cache.store(attempt, value):
+                return  # done when the store is over (``_STORED``)
+            self._succeeded(attempt)
             return
         if attempt.state >= _CANCELLED:  # pragma: no cover - the core never cancels releases
             self._execute(run.drained(job.id))
@@ -155,6 +166,12 @@ class Outcomes:
         if self._watch:
             self._report().attempt_succeeded(job.id, attempt.number + 1)
         self._execute(run.succeeded(job.id))
+
+    def _succeeded(self, attempt: Attempt) -> None:
+        """A forward attempt's value passed its check (and was stored, if cached)."""
+        if self._watch:
+            self._report().attempt_succeeded(attempt.id, attempt.number + 1)
+        self._execute(self._run.succeeded(attempt.id))
 
     def _output_ok(self, attempt: Attempt, check: Any, value: Any) -> bool:
         """Check a returned value against the node's output check; a mismatch (or a
