@@ -453,3 +453,42 @@ async def test_store_io_runs_off_the_loop(tmp_path: Path) -> None:
     assert any(t.startswith("dump") for t in Traced.threads)
     assert any(t.startswith("load") for t in Traced.threads)
     assert all(not t.endswith(loop_thread) for t in Traced.threads), Traced.threads
+
+
+class Opaque:
+    """A value Hamilton's fingerprinting cannot version (no ``__dict__``, not stdlib)."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+
+async def test_an_input_without_data_version_is_neither_looked_up_nor_stored(
+    tmp_path: Path,
+) -> None:
+    module = file_module(
+        tmp_path,
+        """
+        from typing import Any
+        CALLS = []
+
+        def opaque_n(thing: Any) -> int:
+            CALLS.append("opaque_n")
+            return thing.n
+        """,
+    )
+    driver = Driver(module, cache=tmp_path / "c")
+    plan = driver.prepare(["opaque_n"])
+    for _ in range(2):
+        assert await plan.execute(inputs={"thing": Opaque(4)}) == {"opaque_n": 4}
+    assert module.CALLS == ["opaque_n", "opaque_n"]
+    assert len(driver._cache.adapter.metadata_store) == 0  # type: ignore[union-attr]
+
+
+def test_hamiltons_cache_adapter_is_refused_as_an_adapter(tmp_path: Path) -> None:
+    from hamilton.caching.adapter import HamiltonCacheAdapter
+
+    module = file_module(tmp_path, GRAPH)
+    with pytest.raises(ValueError, match=r"pass it as Driver\(\.\.\., cache=adapter\)"):
+        Driver(module, adapters=[HamiltonCacheAdapter(path=str(tmp_path / "c"))])

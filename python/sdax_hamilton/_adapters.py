@@ -140,6 +140,12 @@ def check_adapters(adapters: object) -> tuple[object, ...]:
                 "(it implements no hamilton.lifecycle hook, method or validator)"
             )
         name = _class_name(adapter)
+        if name == "hamilton.caching.adapter.HamiltonCacheAdapter":
+            raise ValueError(
+                f"Adapter {name} is refused as an adapter: its node execution is Hamilton's "
+                "synchronous one; pass it as Driver(..., cache=adapter), which uses its "
+                "stores and behaviours in async runs (docs/caching.md)"
+            )
         if isinstance(adapter, GraphAdapter):
             raise ValueError(
                 f"Adapter {name} is refused: it is a legacy Hamilton GraphAdapter, which "

@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from .._hamilton.caching import LOOKUP, Cache, NodeCache
+from .._hamilton.caching import LOOKUP, Cache, NodeCache, executor
 from .attempts import Attempt, EventKind
 
 if TYPE_CHECKING:
@@ -92,6 +92,7 @@ class CacheRun:
         self._flights = _in_flight(self._loop)
         n = len(plan.nodes)
         self._hits = [False] * n
+        # Per job: its key once known; "" when this call has none (nothing stored).
         self._keys: list[str | None] = [None] * n
         self._leading: dict[int, tuple[str, _Flight]] = {}  # job -> the key it computes
         self._run_id: str | None = None
@@ -114,7 +115,7 @@ class CacheRun:
         assert node is not None
         cache = self._cache
         loop = self._loop
-        pool = cache.executor()
+        pool = executor()
         arguments = {**job.node.defaults, **kwargs} if job.node.defaults else kwargs
         key: str | None
         try:
@@ -122,6 +123,8 @@ class CacheRun:
         except Exception as exc:  # a fingerprint that raised: computed, not cached
             logger.warning("cache key of %r not computed: %s", job.name, type(exc).__qualname__)
             key = None
+        if key is None:
+            self._keys[job.id] = ""
         flights = self._flights
         while key is not None:
             flight = flights.get(key)
@@ -170,17 +173,19 @@ class CacheRun:
         defaults = attempt.job.node.defaults
         arguments = {**defaults, **(kwargs or {})} if defaults else dict(kwargs or {})
         key = self._keys[job]
+        if key == "":
+            return False  # no key for this call (docs/caching.md)
         run_id = self._run_id
         if run_id is None:
             run_id = self._run_id = self._calls.report().run_id
         cache = self._cache
         versions = dict(self.versions)
 
-        def write() -> tuple[str, str]:
+        def write() -> str | None:
             stored_key = key if key is not None else cache.key(node, arguments, versions)
-            return stored_key, cache.write(node, stored_key, value, run_id)
+            return None if stored_key is None else cache.write(node, stored_key, value, run_id)
 
-        future = self._loop.run_in_executor(cache.executor(), write)
+        future = self._loop.run_in_executor(executor(), write)
         future.add_done_callback(lambda done: self._stored(attempt, node, value, done))
         return True
 
@@ -198,8 +203,9 @@ class CacheRun:
                 exc,
             )
         else:
-            _key, version = done.result()
-            self.versions[node.name] = version
+            version = done.result()
+            if version is not None:
+                self.versions[node.name] = version
         leading = self._leading.pop(attempt.id, None)
         if leading is not None:
             key, flight = leading

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import threading
-import uuid
 from collections.abc import Collection, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -106,13 +105,32 @@ def _owned(spec: NodeSpec) -> bool:
     return spec.release is not None or spec.ownership_required or bool(spec.borrows)
 
 
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def executor() -> ThreadPoolExecutor:
+    """The threads every cache's store I/O runs in: not the loop's default executor, which
+    user code may fill (docs/caching.md, "Off the loop")."""
+    global _pool
+    pool = _pool
+    if pool is None:
+        with _pool_lock:
+            pool = _pool
+            if pool is None:
+                pool = _pool = ThreadPoolExecutor(
+                    max_workers=min(8, (os.cpu_count() or 1) + 2),
+                    thread_name_prefix="sdax_hamilton cache",
+                )
+    return pool
+
+
 class Cache:
-    """The Driver's cache: Hamilton's adapter, each node's decision, the store's threads."""
+    """The Driver's cache: Hamilton's adapter and each node's decision."""
 
     def __init__(self, adapter: Any, nodes: Mapping[str, NodeCache]) -> None:
         self.adapter = adapter
         self.nodes = nodes
-        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._runs: set[str] = set()  # run ids initialized in the metadata store
 
@@ -121,26 +139,16 @@ class Cache:
         """The cache directory (Hamilton's adapter ``path``)."""
         return Path(self.adapter._path)
 
-    def executor(self) -> ThreadPoolExecutor:
-        """The threads store I/O runs in (not the loop's default executor, which user
-        code may fill)."""
-        pool = self._pool
-        if pool is None:
-            with self._lock:
-                pool = self._pool
-                if pool is None:
-                    pool = self._pool = ThreadPoolExecutor(
-                        max_workers=min(8, (os.cpu_count() or 1) + 2),
-                        thread_name_prefix="sdax_hamilton cache",
-                    )
-        return pool
-
     # ------------------------------------------------------------ in store threads
 
-    def key(self, node: NodeCache, kwargs: Mapping[str, Any], versions: Mapping[str, str]) -> str:
+    def key(
+        self, node: NodeCache, kwargs: Mapping[str, Any], versions: Mapping[str, str]
+    ) -> str | None:
         """Hamilton's cache key of ``node`` called with ``kwargs``: its code version and its
         inputs' data versions (``versions``: those known in this run), with Hamilton's
-        markers for ignored, disabled and unhashable inputs."""
+        marker for ignored inputs. ``None`` when an input is disabled or has no data
+        version: Hamilton would make a key no later run can find (a random suffix), so
+        nothing is looked up or stored for this call."""
         from hamilton.caching import fingerprinting  # type: ignore[import-untyped, unused-ignore]
         from hamilton.caching.cache_key import (  # type: ignore[import-untyped, unused-ignore]
             create_cache_key,
@@ -157,13 +165,12 @@ class Cache:
                 deps[name] = "<ignore>"
                 continue
             if feeds == _AS_DISABLED:
-                deps[name] = f"<disable>_{uuid.uuid4()}"
-                continue
+                return None
             version = versions.get(name)
             if version is None:
                 version = fingerprinting.hash_value(value)
             if version == fingerprinting.UNHASHABLE or version.startswith("<unhashable>"):
-                version = f"<unhashable>_{uuid.uuid4()}"
+                return None
             deps[name] = version
         return str(create_cache_key(node.name, node.code_version, deps))
 
@@ -189,11 +196,10 @@ class Cache:
             return None
         return version, value
 
-    def write(self, node: NodeCache, key: str, value: Any, run_id: str) -> str:
+    def write(self, node: NodeCache, key: str, value: Any, run_id: str) -> str | None:
         """Store ``value`` under ``key`` as Hamilton's adapter does, the result before its
         metadata (so an entry whose write was cut short is never found); returns the
-        value's data version (``<unhashable>_…`` when it has none: then nothing is
-        stored)."""
+        value's data version (``None`` when it has none: then nothing is stored)."""
         from hamilton.caching import fingerprinting  # type: ignore[import-untyped, unused-ignore]
         from hamilton.caching.stores.base import (  # type: ignore[import-untyped, unused-ignore]
             search_data_adapter_registry,
@@ -201,7 +207,7 @@ class Cache:
 
         version = fingerprinting.hash_value(value)
         if version == fingerprinting.UNHASHABLE:
-            return f"<unhashable>_{uuid.uuid4()}"
+            return None
         adapter = self.adapter
         results = adapter.result_store
         saver = loader = None
