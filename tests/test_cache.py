@@ -492,3 +492,46 @@ def test_hamiltons_cache_adapter_is_refused_as_an_adapter(tmp_path: Path) -> Non
     module = file_module(tmp_path, GRAPH)
     with pytest.raises(ValueError, match=r"pass it as Driver\(\.\.\., cache=adapter\)"):
         Driver(module, adapters=[HamiltonCacheAdapter(path=str(tmp_path / "c"))])
+
+
+class SlowToStore:
+    """A value whose pickling (in a store thread) takes a while and says when it began."""
+
+    began: ClassVar[threading.Event] = threading.Event()
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __getstate__(self) -> dict[str, Any]:
+        SlowToStore.began.set()
+        threading.Event().wait(0.2)
+        return {"n": self.n}
+
+
+async def test_a_caller_cancelling_during_the_store_leaves_a_whole_entry(tmp_path: Path) -> None:
+    module = file_module(
+        tmp_path,
+        """
+        from test_cache import SlowToStore
+        CALLS = []
+
+        def slow_to_store(x: int) -> SlowToStore:
+            CALLS.append("slow_to_store")
+            return SlowToStore(x)
+
+        def after(slow_to_store: SlowToStore) -> int:
+            CALLS.append("after")
+            return slow_to_store.n
+        """,
+    )
+    SlowToStore.began.clear()
+    plan = Driver(module, cache=tmp_path / "c").prepare(["after"])
+    task = asyncio.ensure_future(plan.execute(inputs={"x": 3}))
+    while not SlowToStore.began.is_set():
+        await asyncio.sleep(0.001)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert module.CALLS == ["slow_to_store"]  # the consumer never started
+    assert await plan.execute(inputs={"x": 3}) == {"after": 3}
+    assert module.CALLS == ["slow_to_store", "after"]  # the entry was whole: a hit

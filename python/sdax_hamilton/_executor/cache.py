@@ -81,6 +81,7 @@ class CacheRun:
         "_loop",
         "_nodes",
         "_run_id",
+        "_storing",
         "versions",
     )
 
@@ -96,6 +97,7 @@ class CacheRun:
         self._keys: list[str | None] = [None] * n
         self._leading: dict[int, tuple[str, _Flight]] = {}  # job -> the key it computes
         self._run_id: str | None = None
+        self._storing: dict[int, bool] = {}  # job -> cancelled by the core meanwhile
         self.versions: dict[str, str] = {}  # node -> data version, as Hamilton's adapter
 
     def looks_up(self, job: int) -> bool:
@@ -185,9 +187,19 @@ class CacheRun:
             stored_key = key if key is not None else cache.key(node, arguments, versions)
             return None if stored_key is None else cache.write(node, stored_key, value, run_id)
 
+        self._storing[job] = False
         future = self._loop.run_in_executor(executor(), write)
         future.add_done_callback(lambda done: self._stored(attempt, node, value, done))
         return True
+
+    def cancel(self, job: int) -> None:
+        """The core cancelled ``job``: if its value is being stored, it drains afterwards."""
+        if job in self._storing:
+            self._storing[job] = True
+
+    def store_cancelled(self, job: int) -> bool:
+        """The store of ``job`` is over; whether the core cancelled the job meanwhile."""
+        return self._storing.pop(job, False)
 
     def _stored(
         self, attempt: Attempt, node: NodeCache, value: Any, done: asyncio.Future[Any]

@@ -293,6 +293,8 @@ class Calls:
         """CANCEL: cancel each live attempt of ``job`` once, noting whether it reached it."""
         for attempt in self.table.live_of(job):
             self.cancel_attempt(attempt)
+        if self.cache is not None:
+            self.cache.cancel(job)  # a store in progress: the job drains when it is over
 
     def cancel_attempt(self, attempt: Attempt) -> None:
         if attempt.state >= _CANCELLED:

@@ -119,7 +119,7 @@ class Outcomes:
         elif kind is _EXPIRED:
             self._expired(subject, payload)
         elif kind is _STORED:
-            self._succeeded(subject)
+            self._stored(subject)
         else:  # ABORT: an observer raised KeyboardInterrupt/SystemExit (already primary)
             self._execute(self._run.cancel())
 
@@ -166,6 +166,16 @@ class Outcomes:
         if self._watch:
             self._report().attempt_succeeded(job.id, attempt.number + 1)
         self._execute(run.succeeded(job.id))
+
+    def _stored(self, attempt: Attempt) -> None:
+        """The cache's store of the attempt's value is over: the node is done, or drained
+        if the core cancelled it meanwhile (the entry is whole either way)."""
+        cache = self._cache
+        if cache is not None and cache.store_cancelled(attempt.id):
+            self._report().attempt_cancelled(attempt.id, attempt.number + 1)
+            self._execute(self._run.drained(attempt.id))
+            return
+        self._succeeded(attempt)
 
     def _succeeded(self, attempt: Attempt) -> None:
         """A forward attempt's value passed its check (and was stored, if cached)."""
