@@ -535,3 +535,38 @@ async def test_a_caller_cancelling_during_the_store_leaves_a_whole_entry(tmp_pat
     assert module.CALLS == ["slow_to_store"]  # the consumer never started
     assert await plan.execute(inputs={"x": 3}) == {"after": 3}
     assert module.CALLS == ["slow_to_store", "after"]  # the entry was whole: a hit
+
+
+async def test_lifecycle_node_hooks_run_around_a_hit_as_in_hamilton(tmp_path: Path) -> None:
+    from hamilton.lifecycle import NodeExecutionHook
+
+    class Recorder(NodeExecutionHook):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, str, Any]] = []
+
+        def run_before_node_execution(self, *, node_name: str, **kwargs: Any) -> None:
+            self.seen.append(("before", node_name, None))
+
+        def run_after_node_execution(
+            self, *, node_name: str, result: Any, success: bool, **kwargs: Any
+        ) -> None:
+            self.seen.append(("after", node_name, result))
+
+    module = file_module(tmp_path, GRAPH)
+    recorder = Recorder()
+    plan = Driver(module, cache=tmp_path / "c", adapters=[recorder]).prepare(["total"])
+    await plan.execute(inputs={"x": 3})
+    first = list(recorder.seen)
+    recorder.seen.clear()
+    await plan.execute(inputs={"x": 3})
+    assert module.CALLS == ["base", "total"]  # the second run called nothing
+    assert (
+        recorder.seen
+        == first
+        == [
+            ("before", "base", None),
+            ("after", "base", 6),
+            ("before", "total", None),
+            ("after", "total", 7),
+        ]
+    )

@@ -324,6 +324,13 @@ class _NodeCall:
         adapters._after_sync(run_id, self, kwargs, attempt, True, None, result)
         return result
 
+    def replay(self, value: Any, kwargs: dict[str, Any]) -> Any:
+        """A cache hit (docs/caching.md): the node hooks run around a call that returns the
+        stored ``value`` without calling the function, as Hamilton's own driver runs its
+        hooks around a cached node; returns ``value``, or an awaitable of it."""
+        hit = _NodeCall(self._adapters, self._node, lambda **_: value)
+        return hit(**kwargs)
+
 
 class Adapters:
     """The accepted adapters of one Driver, bound to a ``FunctionGraph`` of its nodes."""

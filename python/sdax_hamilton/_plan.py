@@ -828,10 +828,13 @@ def _jobs(
     nodes = None if cache is None else [cache.nodes.get(spec.name) for spec in specs]
     if nodes is None or not any(node is not None and node.mode for node in nodes):
         return JobTable(runtimes, carrier_of(runtimes))
+    from ._adapters import _NodeCall
     from ._executor.cache import PlanCache
 
     assert cache is not None
-    return JobTable(runtimes, None, PlanCache(cache, nodes))
+    # Lifecycle adapters' node hooks run around a hit too (``_NodeCall.replay``).
+    replays = [rt.call.replay if isinstance(rt.call, _NodeCall) else None for rt in runtimes]
+    return JobTable(runtimes, None, PlanCache(cache, nodes, replays))
 
 
 def _runtime(

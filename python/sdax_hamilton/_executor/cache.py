@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import logging
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from .._hamilton.caching import LOOKUP, Cache, NodeCache, executor
@@ -58,11 +58,18 @@ def _in_flight(loop: asyncio.AbstractEventLoop) -> dict[str, _Flight]:
 class PlanCache:
     """A plan's caching: the Driver's cache and each active node's decision."""
 
-    __slots__ = ("cache", "nodes")
+    __slots__ = ("cache", "nodes", "replays")
 
-    def __init__(self, cache: Cache, nodes: Sequence[NodeCache | None]) -> None:
+    def __init__(
+        self,
+        cache: Cache,
+        nodes: Sequence[NodeCache | None],
+        replays: Sequence[Callable[[Any, dict[str, Any]], Any] | None],
+    ) -> None:
         self.cache = cache
         self.nodes = tuple(nodes)  # per forward job; None: not cached
+        # Per forward job: the lifecycle adapters' node hooks around a hit, if any.
+        self.replays = tuple(replays)
 
     def run(self, calls: Calls) -> CacheRun:
         return CacheRun(self, calls)
@@ -80,6 +87,7 @@ class CacheRun:
         "_leading",
         "_loop",
         "_nodes",
+        "_replays",
         "_run_id",
         "_storing",
         "versions",
@@ -88,6 +96,7 @@ class CacheRun:
     def __init__(self, plan: PlanCache, calls: Calls) -> None:
         self._cache = plan.cache
         self._nodes = plan.nodes
+        self._replays = plan.replays
         self._calls = calls
         self._loop = calls._loop
         self._flights = _in_flight(self._loop)
@@ -133,7 +142,7 @@ class CacheRun:
             if flight is not None:
                 await asyncio.shield(flight.done)
                 if flight.result is not None:
-                    return self._took(job.id, node, flight.result)
+                    return await self._took(job.id, node, flight.result, kwargs)
                 continue  # that run did not produce it: as if we had missed
             try:
                 found = await loop.run_in_executor(pool, cache.read, key)
@@ -141,7 +150,7 @@ class CacheRun:
                 logger.warning("cache entry of %r unreadable: %s", job.name, exc)
                 found = None
             if found is not None:
-                return self._took(job.id, node, found)
+                return await self._took(job.id, node, found, kwargs)
             if key in flights:
                 continue  # another run began computing it meanwhile
             flight = flights[key] = _Flight(loop)
@@ -156,11 +165,19 @@ class CacheRun:
             result = await result
         return result
 
-    def _took(self, job: int, node: NodeCache, found: tuple[str | None, Any]) -> Any:
+    async def _took(
+        self, job: int, node: NodeCache, found: tuple[str | None, Any], kwargs: dict[str, Any]
+    ) -> Any:
+        """A hit: ``found`` is ``(data version, value)``."""
         version, value = found
         self._hits[job] = True
         if version is not None:
             self.versions[node.name] = version
+        replay = self._replays[job]
+        if replay is not None:
+            value = replay(value, kwargs)
+            if inspect.isawaitable(value):
+                value = await value
         return value
 
     def store(self, attempt: Attempt, value: Any) -> bool:
