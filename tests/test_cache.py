@@ -570,3 +570,43 @@ async def test_lifecycle_node_hooks_run_around_a_hit_as_in_hamilton(tmp_path: Pa
             ("after", "total", 7),
         ]
     )
+
+
+async def test_the_timeout_bounds_the_call_not_the_lookup(tmp_path: Path) -> None:
+    """A slow store: its reads take longer than the node's timeout; hits still hit, and a
+    miss gets the whole timeout for its call (one attempt started and succeeded)."""
+    import time as time_module
+
+    from hamilton.caching.adapter import HamiltonCacheAdapter
+    from hamilton.caching.stores.file import FileResultStore
+
+    class SlowStore(FileResultStore):  # type: ignore[misc]
+        def get(self, data_version: str, **kwargs: Any) -> Any:
+            time_module.sleep(0.3)  # in the cache's thread
+            return super().get(data_version, **kwargs)
+
+    module = file_module(
+        tmp_path,
+        """
+        import asyncio
+        from sdax_hamilton import execution
+        CALLS = []
+
+        @execution(timeout=0.2)
+        async def bounded(x: int) -> int:
+            CALLS.append(x)
+            await asyncio.sleep(0.05)
+            return x
+        """,
+    )
+    adapter = HamiltonCacheAdapter(
+        path=str(tmp_path / "c"), result_store=SlowStore(str(tmp_path / "c"))
+    )
+    plan = Driver(module, cache=adapter).prepare(["bounded"])
+    seen: list[RunEvent] = []
+    assert await plan.execute(inputs={"x": 1}, observer=seen.append) == {"bounded": 1}
+    assert [e.kind for e in seen if e.node] == ["attempt_started", "attempt_succeeded"]
+    seen.clear()
+    assert await plan.execute(inputs={"x": 1}, observer=seen.append) == {"bounded": 1}
+    assert [e.kind for e in seen if e.node] == ["cache_hit"]
+    assert module.CALLS == [1]

@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("sdax_hamilton.cache")
 
 _STORED: Final = EventKind.STORED
-_NO_VALUE: Final = object()
+
+MISSED: Final = object()
+"""What a lookup returns when it missed: the node is to be called (``Outcomes``)."""
 
 
 class _Flight:
@@ -90,6 +92,7 @@ class CacheRun:
         "_replays",
         "_run_id",
         "_storing",
+        "_timeouts",
         "versions",
     )
 
@@ -107,21 +110,30 @@ class CacheRun:
         self._leading: dict[int, tuple[str, _Flight]] = {}  # job -> the key it computes
         self._run_id: str | None = None
         self._storing: dict[int, bool] = {}  # job -> cancelled by the core meanwhile
+        self._timeouts: dict[int, float | None] = {}  # job -> its first call's timeout
         self.versions: dict[str, str] = {}  # node -> data version, as Hamilton's adapter
 
     def looks_up(self, job: int) -> bool:
-        """Whether ``job``'s first attempt starts with a lookup."""
+        """Whether ``job``'s first attempt starts with a lookup (once: not after a miss)."""
         node = self._nodes[job]
-        return node is not None and node.mode == LOOKUP
+        return node is not None and node.mode == LOOKUP and job not in self._timeouts
+
+    def call_timeout(self, job: int) -> float | None:
+        """The timeout of ``job``'s first call, after its lookup missed."""
+        return self._timeouts[job]
 
     def hit(self, attempt: Attempt) -> bool:
         """Whether ``attempt`` took its value from the cache (no call was made)."""
         return attempt.number == 0 and self._hits[attempt.id]
 
-    async def lookup(self, attempt: Attempt, kwargs: dict[str, Any]) -> Any:
-        """The first attempt of a looked-up node: the stored value (a hit), or the value a
-        concurrent run computed for the same key, or else the node's call."""
+    async def lookup(
+        self, attempt: Attempt, kwargs: dict[str, Any], call_timeout: float | None
+    ) -> Any:
+        """Before the first attempt of a looked-up node: the stored value (a hit), or the
+        value a concurrent run computed for the same key, or else ``MISSED`` (then the
+        node is called, with ``call_timeout``)."""
         job = attempt.job
+        self._timeouts[job.id] = call_timeout
         node = self._nodes[job.id]
         assert node is not None
         cache = self._cache
@@ -157,13 +169,7 @@ class CacheRun:
             self._leading[job.id] = (key, flight)
             self._keys[job.id] = key
             break
-        calls = self._calls
-        if calls._watch:
-            calls.report().attempt_started(job.id, 1, calls.was_clipped(job, 0))
-        result = job.node.call(**kwargs)
-        if inspect.isawaitable(result):
-            result = await result
-        return result
+        return MISSED
 
     async def _took(
         self, job: int, node: NodeCache, found: tuple[str | None, Any], kwargs: dict[str, Any]

@@ -194,13 +194,16 @@ class Calls:
         attempt.next = running[job.id]
         running[job.id] = attempt
         if job.forward:
-            # Arguments are read and checked once; retries reuse them.
+            # Arguments are read and checked once (before a lookup, if any); retries reuse them.
             kwargs = self.kwargs[job.id] if attempt_number else self._first_kwargs(attempt)
             if kwargs is None:
                 return  # bad input, reported
             cache = self.cache
             if cache is not None and not attempt_number and cache.looks_up(job.id):
-                attempt.aw = cache.lookup(attempt, kwargs)  # the call follows a miss
+                # Not a call: the lookup's own attempt, without the call's timeout; a
+                # miss starts the call (``start_after_miss``).
+                attempt.timeout = None
+                attempt.aw = cache.lookup(attempt, kwargs, timeout)
                 table.fresh.append(attempt)
                 return
             if self._watch:
@@ -234,6 +237,11 @@ class Calls:
             table.fresh.append(attempt)
         else:
             table.post((_RETURNED, attempt, result))
+
+    def start_after_miss(self, job: Job, timeout: float | None) -> None:
+        """The lookup before ``job``'s first attempt missed (``cache.py``): call it now,
+        with the arguments the lookup was given."""
+        self._start(job, 0, timeout)
 
     def _returned_unreadable(self, attempt: Attempt, result: Any, exc: BaseException) -> None:
         """Asking whether ``result`` is awaitable raised ``exc``: the attempt failed with it;
@@ -279,6 +287,9 @@ class Calls:
         reading for both paths: ``Carrier.arguments``, src/carry.rs); ``None`` after posting
         the bad input. An owner gets its acquisition record here, once."""
         job = attempt.job
+        kwargs = self.kwargs[job.id]
+        if kwargs is not None:  # read before a lookup that missed (``start_after_miss``)
+            return kwargs
         try:
             kwargs = self._arguments(job.id, self._values)
         except BaseException as exc:  # a KeyboardInterrupt from a check stops the run

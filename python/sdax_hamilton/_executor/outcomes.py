@@ -18,6 +18,7 @@ from .._declarations import Acquisition
 from .._failures import add_note_once, attach_failures
 from .._types import invalid_output
 from .attempts import Attempt, AttemptState, Event, EventKind
+from .cache import MISSED, CacheRun
 from .calls import Calls
 from .jobs import Job
 from .record import FailureRecord
@@ -142,17 +143,14 @@ class Outcomes:
                 self._execute(run.drained(job.id))
                 return
             cache = self._cache
-            hit = cache is not None and cache.hit(attempt)
-            if self._watch and not hit:
+            if cache is not None and self._looked_up(cache, attempt, value):
+                return
+            if self._watch:
                 self._report().attempt_returned(job.id, attempt.number + 1, attempt.timed_out)
             check = node.output_check
             if check is not None and not self._output_ok(attempt, check, value):
                 return
             self._values[node.name] = value
-            if hit:
-                self._report().cache_hit(job.id)
-                self._execute(run.succeeded(job.id))
-                return
             if cache is not None and cache.store(attempt, value):
                 return  # done when the store is over (``_STORED``)
             self._succeeded(attempt)
@@ -166,6 +164,24 @@ class Outcomes:
         if self._watch:
             self._report().attempt_succeeded(job.id, attempt.number + 1)
         self._execute(run.succeeded(job.id))
+
+    def _looked_up(self, cache: CacheRun, attempt: Attempt, value: Any) -> bool:
+        """If ``attempt`` was a lookup (``cache.py``), carry out how it ended: a miss
+        calls the node; a hit's value is checked and is the node's (no attempt)."""
+        job = attempt.job
+        if value is MISSED:
+            self._calls.start_after_miss(job, cache.call_timeout(job.id))
+            return True
+        if not cache.hit(attempt):
+            return False  # the value of a call
+        node = job.node
+        check = node.output_check
+        if check is not None and not self._output_ok(attempt, check, value):
+            return True
+        self._values[node.name] = value
+        self._report().cache_hit(job.id)
+        self._execute(self._run.succeeded(job.id))
+        return True
 
     def _stored(self, attempt: Attempt) -> None:
         """The cache's store of the attempt's value is over: the node is done, or drained
