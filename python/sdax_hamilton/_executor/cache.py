@@ -45,12 +45,12 @@ class _Flight:
 
 
 # Keys in flight, per loop (a future belongs to its loop).
-_flights: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Flight]] = (
-    weakref.WeakKeyDictionary()
-)
+_flights: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[object, str], _Flight]
+] = weakref.WeakKeyDictionary()
 
 
-def _in_flight(loop: asyncio.AbstractEventLoop) -> dict[str, _Flight]:
+def _in_flight(loop: asyncio.AbstractEventLoop) -> dict[tuple[object, str], _Flight]:
     table = _flights.get(loop)
     if table is None:
         table = _flights[loop] = {}
@@ -107,7 +107,8 @@ class CacheRun:
         self._hits = [False] * n
         # Per job: its key once known; "" when this call has none (nothing stored).
         self._keys: list[str | None] = [None] * n
-        self._leading: dict[int, tuple[str, _Flight]] = {}  # job -> the key it computes
+        # job -> the key it computes (with its store's scope), and its flight
+        self._leading: dict[int, tuple[tuple[object, str], _Flight]] = {}
         self._run_id: str | None = None
         self._storing: dict[int, bool] = {}  # job -> cancelled by the core meanwhile
         self._timeouts: dict[int, float | None] = {}  # job -> its first call's timeout
@@ -148,9 +149,11 @@ class CacheRun:
             key = None
         if key is None:
             self._keys[job.id] = ""
+            return MISSED
         flights = self._flights
-        while key is not None:
-            flight = flights.get(key)
+        flying = (cache.scope, key)
+        while True:
+            flight = flights.get(flying)
             if flight is not None:
                 await asyncio.shield(flight.done)
                 if flight.result is not None:
@@ -163,10 +166,10 @@ class CacheRun:
                 found = None
             if found is not None:
                 return await self._took(job.id, node, found, kwargs)
-            if key in flights:
+            if flying in flights:
                 continue  # another run began computing it meanwhile
-            flight = flights[key] = _Flight(loop)
-            self._leading[job.id] = (key, flight)
+            flight = flights[flying] = _Flight(loop)
+            self._leading[job.id] = (flying, flight)
             self._keys[job.id] = key
             break
         return MISSED
@@ -248,7 +251,7 @@ class CacheRun:
             self._land(key, flight)
         self._calls.table.post((_STORED, attempt, None))
 
-    def _land(self, key: str, flight: _Flight) -> None:
+    def _land(self, key: tuple[object, str], flight: _Flight) -> None:
         if self._flights.get(key) is flight:
             del self._flights[key]
         if not flight.done.done():

@@ -131,6 +131,10 @@ class Cache:
     def __init__(self, adapter: Any, nodes: Mapping[str, NodeCache]) -> None:
         self.adapter = adapter
         self.nodes = nodes
+        # Which store a key belongs to, for single flight: Drivers on one directory share
+        # their flights, Drivers on two directories do not.
+        where = getattr(adapter.metadata_store, "_directory", None)
+        self.scope: object = str(where) if where is not None else id(adapter)
         self._lock = threading.Lock()
         self._runs: set[str] = set()  # run ids initialized in the metadata store
 
