@@ -335,10 +335,12 @@ async def shared(x: int) -> int:
 async def test_concurrent_misses_compute_once(tmp_path: Path) -> None:
     module = file_module(tmp_path, SHARED)
     module.GATE["event"] = asyncio.Event()
-    plan = Driver(module, cache=tmp_path / "c").prepare(["shared"])
+    # Two Drivers on one directory share their flights.
+    plans = [Driver(module, cache=tmp_path / "c").prepare(["shared"]) for _ in range(2)]
     reports = [RunReport() for _ in range(100)]
     runs = [
-        asyncio.ensure_future(plan.execute(inputs={"x": 2}, observer=report)) for report in reports
+        asyncio.ensure_future(plans[i % 2].execute(inputs={"x": 2}, observer=report))
+        for i, report in enumerate(reports)
     ]
     while not module.CALLS:
         await asyncio.sleep(0.001)
