@@ -612,3 +612,43 @@ async def test_the_timeout_bounds_the_call_not_the_lookup(tmp_path: Path) -> Non
     assert await plan.execute(inputs={"x": 1}, observer=seen.append) == {"bounded": 1}
     assert [e.kind for e in seen if e.node] == ["cache_hit"]
     assert module.CALLS == [1]
+
+
+async def test_decorated_nodes_and_formats_interoperate_with_hamilton(tmp_path: Path) -> None:
+    from hamilton import driver
+
+    module = file_module(
+        tmp_path,
+        """
+        from hamilton.function_modifiers import cache, check_output, extract_fields
+        CALLS = []
+
+        @cache(format="json")
+        def settings(x: int) -> dict:
+            CALLS.append("settings")
+            return {"scale": x, "offset": 1}
+
+        @extract_fields({"scale": int, "offset": int})
+        def parts(settings: dict) -> dict:
+            CALLS.append("parts")
+            return settings
+
+        @check_output(range=(0, 1000))
+        def scaled(scale: int, offset: int) -> int:
+            CALLS.append("scaled")
+            return scale * 10 + offset
+        """,
+    )
+    directory = str(tmp_path / "shared")
+    plan = Driver(module, cache=directory).prepare(["scaled"])
+    assert await plan.execute(inputs={"x": 4}) == {"scaled": 41}
+    assert module.CALLS == ["settings", "parts", "scaled"]
+    hamilton = driver.Builder().with_modules(module).with_cache(directory).build()
+    assert hamilton.execute(["scaled"], inputs={"x": 4}) == {"scaled": 41}
+    assert module.CALLS == ["settings", "parts", "scaled"]  # Hamilton: all hits
+    assert hamilton.execute(["scaled"], inputs={"x": 5}) == {"scaled": 51}
+    seen: list[RunEvent] = []
+    assert await plan.execute(inputs={"x": 5}, observer=seen.append) == {"scaled": 51}
+    assert module.CALLS == ["settings", "parts", "scaled"] * 2  # ours: all hits
+    assert "settings" in {e.node for e in seen if e.kind == "cache_hit"}
+    assert all(e.kind == "cache_hit" for e in seen if e.node)
