@@ -652,3 +652,15 @@ async def test_decorated_nodes_and_formats_interoperate_with_hamilton(tmp_path: 
     assert module.CALLS == ["settings", "parts", "scaled"] * 2  # ours: all hits
     assert "settings" in {e.node for e in seen if e.kind == "cache_hit"}
     assert all(e.kind == "cache_hit" for e in seen if e.node)
+
+
+async def test_a_result_cut_short_is_a_miss_and_is_written_whole_again(tmp_path: Path) -> None:
+    module = file_module(tmp_path, INTEROP)
+    directory = tmp_path / "c"
+    plan = Driver(module, cache=directory).prepare(["raw"])
+    assert await plan.execute(inputs={"x": 3}) == {"raw": [0, 1, 2]}
+    (result,) = [f for f in directory.iterdir() if f.suffix != ".db"]
+    result.write_bytes(result.read_bytes()[:5])  # a write cut short by a killed process
+    assert await plan.execute(inputs={"x": 3}) == {"raw": [0, 1, 2]}  # a miss: computed
+    assert await plan.execute(inputs={"x": 3}) == {"raw": [0, 1, 2]}  # whole again: a hit
+    assert module.CALLS == ["raw", "raw"]

@@ -18,6 +18,7 @@ out and decides nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Collection, Mapping
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from .._spec import NodeSpec
+
+logger = logging.getLogger("sdax_hamilton.cache")
 
 LOOKUP: Final = "lookup"
 """Hamilton's ``default`` behaviour: a stored value is used; a miss computes and stores."""
@@ -194,7 +197,12 @@ class Cache:
             return None
         try:
             value = results.get(data_version=version)
-        except ResultRetrievalError:
+        except Exception as exc:
+            # Hamilton deletes an entry its loader cannot read (ResultRetrievalError); a
+            # result cut short (a killed writer) cannot be unpickled: deleted too, so the
+            # next miss writes it whole instead of finding the broken file "existing".
+            if not isinstance(exc, ResultRetrievalError):
+                logger.warning("cache entry %s unreadable (%s): deleted", key, type(exc).__name__)
             adapter.metadata_store.delete(cache_key=key)
             results.delete(version)
             return None
