@@ -241,6 +241,27 @@ def test_asking_to_cache_a_resource_is_refused(tmp_path: Path, behavior: str) ->
     Driver(file_module(tmp_path, ignored), cache=tmp_path / "c")
 
 
+def test_asking_to_cache_what_borrows_from_a_resource_is_refused(tmp_path: Path) -> None:
+    module = file_module(
+        tmp_path,
+        """
+        from hamilton.function_modifiers import cache, extract_fields
+        from sdax_hamilton import Acquisition, shutdown
+
+        @cache(behavior="default", target_="host")
+        @extract_fields({"host": str, "port": int})
+        def conn(dsn: str) -> dict:
+            return {"host": dsn, "port": 1}
+
+        @shutdown(of=conn)
+        def close(acq: Acquisition[dict]) -> None:
+            pass
+        """,
+    )
+    with pytest.raises(ValueError, match=r"Node 'host' .* borrows from the owned acquisition"):
+        Driver(module, cache=tmp_path / "c")
+
+
 async def test_a_function_without_readable_source_is_never_cached(
     tmp_path: Path, make_module: Any
 ) -> None:

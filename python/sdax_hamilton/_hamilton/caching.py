@@ -296,12 +296,12 @@ def build_cache(
         if name in resources:
             if asked:
                 what = (
-                    "an owned acquisition"
+                    "is an owned acquisition"
                     if not spec.borrows
                     else f"borrows from the owned acquisition(s) {sorted(spec.borrows)}"
                 )
                 raise ValueError(
-                    f"Node {name!r} ({spec.origin}) is {what} and is never cached, but "
+                    f"Node {name!r} ({spec.origin}) {what} and is never cached, but "
                     f"its caching behaviour is {behavior!r}: a resource lives for one run "
                     "and its release runs after it; remove @cache(behavior=...) from it (or "
                     "leave it out of the adapter's default=/recompute=), or mark it "
