@@ -318,6 +318,16 @@ class _NodeCall:
         adapters._after_sync(run_id, self, kwargs, attempt, True, None, result)
         return result
 
+    def rejected(self, kwargs: dict[str, Any], error: BaseException) -> Any:
+        """An attempt a bulkhead or a circuit breaker refused without calling the function
+        (docs/resilience.md): the node hooks see it as an attempt that failed with
+        ``error``. Raises ``error`` (or returns an awaitable that does, with async hooks)."""
+
+        def refuse(**_: Any) -> Any:
+            raise error
+
+        return _NodeCall(self._adapters, self._node, refuse)(**kwargs)
+
 
 class Adapters:
     """The accepted adapters of one Driver, bound to a ``FunctionGraph`` of its nodes."""

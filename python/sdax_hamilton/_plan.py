@@ -38,6 +38,7 @@ from ._types import accepts, checker, compatible, describe, mismatch, split_chec
 
 if TYPE_CHECKING:
     from ._adapters import Adapters
+    from ._resilience import RetryBudget
 
 Check = Callable[[Any], bool]
 
@@ -523,6 +524,7 @@ def build_plan(
     graph: _core.Graph | None = None,
     seed: int | None = None,
     adapters: Adapters | None = None,
+    retry_budget: RetryBudget | None = None,
 ) -> PreparedPlan:
     """Validate a selection and compile it into a ``PreparedPlan`` (docs/api.md,
     "prepare")."""
@@ -568,7 +570,7 @@ def build_plan(
         input_names=input_names,
         defaulted=defaulted,
         config_table=config_table,
-        jobs=JobTable(program.runtimes, carrier_of(program.runtimes)),
+        jobs=JobTable(program.runtimes, carrier_of(program.runtimes), retry_budget),
         inputs=None
         if overridden
         else _core.InputTable(
@@ -862,6 +864,9 @@ def _runtime(
             retry_after=release.policy.retry_after,
         ),
         retry_after=spec.policy.retry_after,
+        bulkhead=spec.bulkhead,
+        breaker=spec.breaker,
+        fallback=spec.fallback,
     )
 
 

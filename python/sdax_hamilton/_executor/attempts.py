@@ -58,6 +58,11 @@ class EventKind(enum.IntEnum):
     """``(_, None, None)``: an observer raised ``KeyboardInterrupt``/``SystemExit``: stop."""
     EXPIRED = 6
     """``(_, Job, attempt number)``: the run's deadline passed before it could start."""
+    PERMIT = 7
+    """``(_, Attempt, granted)``: a waiting attempt's permit came (``True``), or the run's
+    deadline passed while it waited (``False``): ``guards.py``."""
+    FELL_BACK = 8
+    """``(_, Attempt, (raised, value or error, original))``: an async fallback ended."""
 
 
 Event = tuple[EventKind, Any, Any]

@@ -15,15 +15,19 @@ import math
 import time
 import types
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import _core
 from .._declarations import Acquisition
 from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
+from .guards import Guards
 from .jobs import Job, JobTable
 from .record import FailureRecord
 from .reporter import Reporter
-from .runtime import TIMEOUT_MESSAGE
+from .runtime import TIMEOUT_MESSAGE, NodeRuntime
+
+if TYPE_CHECKING:
+    from .outcomes import Outcomes
 
 _START: Final = _core.START
 _SLEEP: Final = _core.SLEEP
@@ -33,6 +37,8 @@ _START_CLIPPED: Final = _core.START_CLIPPED
 _EXPIRE: Final = _core.EXPIRE
 _NO_ROOM: Final = _core.NO_ROOM
 _BAD_HINT: Final = _core.BAD_HINT
+_NO_BUDGET: Final = _core.NO_BUDGET
+_FALLBACK: Final = _core.FALLBACK
 _CARRIED: Final = _core.CARRIED
 _CARRIED_RAISED: Final = _core.CARRIED_RAISED
 _CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
@@ -66,6 +72,7 @@ class Calls:
         "_acquisitions",
         "_arguments",
         "_clipped",
+        "_guards",
         "_inline_timer",
         "_inline_when",
         "_jobs",
@@ -79,11 +86,13 @@ class Calls:
         "_watch",
         "inline_attempt",
         "kwargs",
+        "outcomes",
         "table",
         "task",
     )
 
     task: asyncio.Task[Any]  # the phase's task (forward or shutdown), while it runs
+    outcomes: Outcomes  # set by the run's ``Outcomes`` when it is made with these calls
     _inline_when: float  # the inline timer's due time, set with the timer
 
     def __init__(
@@ -117,6 +126,7 @@ class Calls:
         self.inline_attempt: Attempt | None = None
         self._inline_timer: asyncio.TimerHandle | None = None
         self._two_clocks: bool | None = None  # see ``_clocks_differ``
+        self._guards: Guards | None = None  # the shared objects at work (``guards``)
 
     def report(self) -> Reporter:
         """The run's reporter: the run's own (``reporter``, when it has observers), else
@@ -125,6 +135,33 @@ class Calls:
         if reporter is None:
             reporter = self._reporter = Reporter(self._jobs, None, self._loop, None, self._run_id)
         return reporter
+
+    def guards(self) -> Guards:
+        """The run's side of its bulkheads, breakers and fallbacks, made on first use."""
+        guards = self._guards
+        if guards is None:
+            guards = self._guards = Guards(self, self._loop)
+        return guards
+
+    @property
+    def guards_made(self) -> Guards | None:
+        return self._guards
+
+    def run(self) -> _core.Run:
+        return self._run
+
+    def nodes(self) -> Sequence[NodeRuntime]:
+        return self._jobs.nodes
+
+    def run_deadline(self) -> float | None:
+        """The forward phase's deadline on the loop's clock, if the run has one."""
+        return self._run.deadline if self._clipped is not None else None
+
+    def mark_clipped(self, attempt: Attempt) -> None:
+        """The run's deadline cut this attempt short (its notes and events say so)."""
+        clipped = self._clipped
+        if clipped is not None:
+            clipped[attempt.id] = attempt.number
 
     def execute(self, commands: Sequence[_core.Command]) -> None:
         """Carry out ``commands`` in order, now."""
@@ -159,8 +196,8 @@ class Calls:
                 self._start(self._jobs[job], attempt, arg)
             elif op == _EXPIRE:
                 self.table.post((_EXPIRED, self._jobs[job], attempt))
-            elif op == _NO_ROOM or op == _BAD_HINT:
-                pass  # why a failure is final: read by ``Outcomes`` for its note
+            elif op == _NO_ROOM or op == _BAD_HINT or op == _NO_BUDGET or op == _FALLBACK:
+                pass  # why a failure is final, or a fallback: read by ``Outcomes``
             else:  # pragma: no cover - contract violation by the core
                 raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
 
@@ -195,6 +232,9 @@ class Calls:
             kwargs = self.kwargs[job.id] if attempt_number else self._first_kwargs(attempt)
             if kwargs is None:
                 return  # bad input, reported
+            if job.guarded:  # admitted (and called), rejected, or waiting for a permit
+                self._guarded(attempt, job, kwargs)
+                return
             if self._watch:
                 self.report().attempt_started(
                     job.id, attempt_number + 1, self.was_clipped(job, attempt_number)
@@ -226,6 +266,78 @@ class Calls:
             table.fresh.append(attempt)
         else:
             table.post((_RETURNED, attempt, result))
+
+    def _guarded(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None:
+        """START of a node with a bulkhead or a breaker: called once they admit it."""
+        if self.guards().admit(attempt):
+            self._call(attempt, job, kwargs)
+
+    def _call(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None:
+        """Call a guarded forward job's function for an admitted ``attempt`` now
+        (``_start``'s call, with what its bulkhead and breaker did)."""
+        if self._watch:
+            wait, state = self.guards().admitted(attempt)
+            self.report().guarded_attempt_started(
+                job.id, attempt.number + 1, self.was_clipped(job, attempt.number), wait, state
+            )
+        try:
+            result = job.node.call(**kwargs)
+        except BaseException as exc:
+            self.table.post((_RAISED, attempt, exc))
+            return
+        self._returned(attempt, result)
+
+    def _returned(self, attempt: Attempt, result: Any) -> None:
+        """The call for ``attempt`` returned ``result``: awaited next, or its outcome."""
+        table = self.table
+        try:
+            awaitable = type(result) is _CoroutineType or _isawaitable(result)
+        except BaseException as exc:  # user code asked (a ``__class__`` property)
+            self._returned_unreadable(attempt, result, exc)
+            return
+        if awaitable:
+            attempt.aw = result
+            table.fresh.append(attempt)
+        else:
+            table.post((_RETURNED, attempt, result))
+
+    def call_admitted(self, attempt: Attempt, waited: float) -> None:
+        """A waiting attempt got its permit after ``waited`` seconds: call it now, its
+        timeout counted from now and cut to the run's deadline (the wait is the run's,
+        not the attempt's)."""
+        job = attempt.job
+        deadline = self.run_deadline()
+        if deadline is not None:
+            left = deadline - self._loop.time()
+            if attempt.timeout is None or attempt.timeout > left:
+                attempt.timeout = max(left, 0.0)
+                self.mark_clipped(attempt)
+        self.report().bulkhead_waited(job.id, attempt.number + 1, waited)
+        kwargs = self.kwargs[job.id]
+        assert kwargs is not None  # read before the attempt asked for a permit
+        self._call(attempt, job, kwargs)
+
+    def rejected_attempt(
+        self, attempt: Attempt, error: BaseException, wait: float | None, state: str | None
+    ) -> None:
+        """A breaker or bulkhead rejected the attempt: it fails with ``error``, without a
+        call; Hamilton node hooks around the node's function see it fail so
+        (docs/adapters.md)."""
+        job = attempt.job
+        if self._watch:
+            self.report().guarded_attempt_started(
+                job.id, attempt.number + 1, self.was_clipped(job, attempt.number), wait, state
+            )
+        rejected = getattr(job.node.call, "rejected", None)
+        if rejected is None:
+            self.table.post((_RAISED, attempt, error))
+            return
+        try:
+            result = rejected(self.kwargs[job.id] or {}, error)
+        except BaseException as exc:
+            self.table.post((_RAISED, attempt, exc))
+            return
+        self._returned(attempt, result)
 
     def _returned_unreadable(self, attempt: Attempt, result: Any, exc: BaseException) -> None:
         """Asking whether ``result`` is awaitable raised ``exc``: the attempt failed with it;
@@ -294,6 +406,10 @@ class Calls:
             attempt.state = _CANCELLED_TIMED_OUT
             return
         task = attempt.task
+        if task is None and attempt.aw is None and self._guards is not None:
+            if self._guards.waiting(attempt):
+                self._guards.cancel_waiting(attempt)  # waiting for a permit: it leaves
+                return
         if task is None:
             # Not launched yet (``launch`` reports it unstarted), or a sync call whose
             # outcome is queued (its own). Inline attempts are marked by the coordinator

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Self
 
 from .. import _core
+from .._resilience import RetryBudget
 from .runtime import NodeRuntime, ReleaseRuntime, carrier_of
 
 
@@ -38,6 +39,9 @@ class Job:
     """The job's ``retry_after`` hook (called when the core emits a HINT)."""
     release: ReleaseRuntime | None
     """For a release job: the release it calls (``None`` for a node that owns nothing)."""
+    guarded: bool = False
+    """A forward job naming a bulkhead or a breaker: its attempts are admitted by
+    ``guards.Guards`` before the call."""
 
 
 class JobTable(tuple[Job, ...]):
@@ -59,7 +63,18 @@ class JobTable(tuple[Job, ...]):
     serves the driver's own STARTs too (``Carrier.arguments``), so both paths pass the same
     arguments (tests/test_driver_carrier.py). ``carrier`` itself when there is one."""
 
-    def __new__(cls, nodes: Sequence[NodeRuntime], carrier: _core.Carrier | None = None) -> Self:
+    shared: tuple[RetryBudget | None, list[int] | None] | None
+    """What runs of this plan hand the core's ``Run`` (docs/resilience.md): the Driver's
+    retry budget and the forward jobs with a fallback; ``None``: neither."""
+    guarded: bool
+    """Some node names a bulkhead, a breaker or a fallback."""
+
+    def __new__(
+        cls,
+        nodes: Sequence[NodeRuntime],
+        carrier: _core.Carrier | None = None,
+        retry_budget: RetryBudget | None = None,
+    ) -> Self:
         nodes = tuple(nodes)
         n = len(nodes)
         forward = [
@@ -73,6 +88,7 @@ class JobTable(tuple[Job, ...]):
                 node.retryable,
                 node.retry_after,
                 None,
+                node.bulkhead is not None or node.breaker is not None,
             )
             for i, node in enumerate(nodes)
         ]
@@ -85,6 +101,15 @@ class JobTable(tuple[Job, ...]):
         table = super().__new__(cls, (*forward, *releases))
         table.nodes = nodes
         table.forward_count = n
+        fallbacks = [i for i, node in enumerate(nodes) if node.fallback is not None]
+        table.guarded = bool(fallbacks) or any(job.guarded for job in forward)
+        if table.guarded:
+            # Attempts are admitted (a permit, the breaker) before each call, which the
+            # driver does: the core's Run does not carry these calls out itself.
+            carrier = None
+        table.shared = (
+            None if retry_budget is None and not fallbacks else (retry_budget, fallbacks or None)
+        )
         table.carrier = carrier
         table.calling = carrier if carrier is not None else carrier_of(nodes)
         return table
