@@ -24,7 +24,7 @@ from .guards import Guards
 from .jobs import Job, JobTable
 from .record import FailureRecord
 from .reporter import Reporter
-from .runtime import TIMEOUT_MESSAGE, NodeRuntime
+from .runtime import TIMEOUT_MESSAGE
 
 if TYPE_CHECKING:
     from .outcomes import Outcomes
@@ -147,21 +147,24 @@ class Calls:
     def guards_made(self) -> Guards | None:
         return self._guards
 
+    @property
     def run(self) -> _core.Run:
         return self._run
 
-    def nodes(self) -> Sequence[NodeRuntime]:
-        return self._jobs.nodes
+    @property
+    def watching(self) -> bool:
+        """Someone wants to hear about every attempt."""
+        return self._watch
 
-    def run_deadline(self) -> float | None:
-        """The forward phase's deadline on the loop's clock, if the run has one."""
-        return self._run.deadline if self._clipped is not None else None
+    @property
+    def jobs(self) -> JobTable:
+        return self._jobs
 
-    def mark_clipped(self, attempt: Attempt) -> None:
-        """The run's deadline cut this attempt short (its notes and events say so)."""
-        clipped = self._clipped
-        if clipped is not None:
-            clipped[attempt.id] = attempt.number
+    @property
+    def clipped(self) -> list[int] | None:
+        """Per forward job, the attempt cut short by the run's deadline (``None``: the run
+        has none)."""
+        return self._clipped
 
     def execute(self, commands: Sequence[_core.Command]) -> None:
         """Carry out ``commands`` in order, now."""
@@ -270,9 +273,9 @@ class Calls:
     def _guarded(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None:
         """START of a node with a bulkhead or a breaker: called once they admit it."""
         if self.guards().admit(attempt):
-            self._call(attempt, job, kwargs)
+            self.call(attempt, job, kwargs)
 
-    def _call(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None:
+    def call(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None:
         """Call a guarded forward job's function for an admitted ``attempt`` now
         (``_start``'s call, with what its bulkhead and breaker did)."""
         if self._watch:
@@ -285,9 +288,9 @@ class Calls:
         except BaseException as exc:
             self.table.post((_RAISED, attempt, exc))
             return
-        self._returned(attempt, result)
+        self.returned(attempt, result)
 
-    def _returned(self, attempt: Attempt, result: Any) -> None:
+    def returned(self, attempt: Attempt, result: Any) -> None:
         """The call for ``attempt`` returned ``result``: awaited next, or its outcome."""
         table = self.table
         try:
@@ -300,44 +303,6 @@ class Calls:
             table.fresh.append(attempt)
         else:
             table.post((_RETURNED, attempt, result))
-
-    def call_admitted(self, attempt: Attempt, waited: float) -> None:
-        """A waiting attempt got its permit after ``waited`` seconds: call it now, its
-        timeout counted from now and cut to the run's deadline (the wait is the run's,
-        not the attempt's)."""
-        job = attempt.job
-        deadline = self.run_deadline()
-        if deadline is not None:
-            left = deadline - self._loop.time()
-            if attempt.timeout is None or attempt.timeout > left:
-                attempt.timeout = max(left, 0.0)
-                self.mark_clipped(attempt)
-        self.report().bulkhead_waited(job.id, attempt.number + 1, waited)
-        kwargs = self.kwargs[job.id]
-        assert kwargs is not None  # read before the attempt asked for a permit
-        self._call(attempt, job, kwargs)
-
-    def rejected_attempt(
-        self, attempt: Attempt, error: BaseException, wait: float | None, state: str | None
-    ) -> None:
-        """A breaker or bulkhead rejected the attempt: it fails with ``error``, without a
-        call; Hamilton node hooks around the node's function see it fail so
-        (docs/adapters.md)."""
-        job = attempt.job
-        if self._watch:
-            self.report().guarded_attempt_started(
-                job.id, attempt.number + 1, self.was_clipped(job, attempt.number), wait, state
-            )
-        rejected = getattr(job.node.call, "rejected", None)
-        if rejected is None:
-            self.table.post((_RAISED, attempt, error))
-            return
-        try:
-            result = rejected(self.kwargs[job.id] or {}, error)
-        except BaseException as exc:
-            self.table.post((_RAISED, attempt, exc))
-            return
-        self._returned(attempt, result)
 
     def _returned_unreadable(self, attempt: Attempt, result: Any, exc: BaseException) -> None:
         """Asking whether ``result`` is awaitable raised ``exc``: the attempt failed with it;

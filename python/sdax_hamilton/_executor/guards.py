@@ -147,7 +147,7 @@ class Guards:
                 held.waiter = got
                 held.since = self._loop.time()
                 self.held[attempt] = held
-                deadline = self._calls.run_deadline()
+                deadline = self._deadline()
                 if deadline is not None:
                     held.timer = self._loop.call_at(
                         deadline, self._calls.table.post, (_PERMIT, attempt, False)
@@ -170,7 +170,56 @@ class Guards:
         job = attempt.id
         self.rejections[job] = self.rejections.get(job, 0) + 1
         self._calls.report().rejected(job, attempt.number + 1, kind, error)
-        self._calls.rejected_attempt(attempt, error, wait, state)
+        self._rejected(attempt, error, wait, state)
+
+    def _rejected(
+        self, attempt: Attempt, error: BaseException, wait: float | None, state: str | None
+    ) -> None:
+        """The attempt fails with ``error``, without a call; Hamilton node hooks around the
+        node's function see it fail so (docs/adapters.md)."""
+        calls = self._calls
+        job = attempt.job
+        if calls.watching:
+            calls.report().guarded_attempt_started(
+                job.id, attempt.number + 1, calls.was_clipped(job, attempt.number), wait, state
+            )
+        rejected = getattr(job.node.call, "rejected", None)
+        if rejected is None:
+            calls.table.post((_RAISED, attempt, error))
+            return
+        try:
+            result = rejected(calls.kwargs[job.id] or {}, error)
+        except BaseException as exc:
+            calls.table.post((_RAISED, attempt, exc))
+            return
+        calls.returned(attempt, result)
+
+    def _call_admitted(self, attempt: Attempt, waited: float) -> None:
+        """A waiting attempt got its permit after ``waited`` seconds: call it now, its
+        timeout counted from now and cut to the run's deadline (the wait is the run's,
+        not the attempt's)."""
+        calls = self._calls
+        job = attempt.job
+        deadline = self._deadline()
+        if deadline is not None:
+            left = deadline - self._loop.time()
+            if attempt.timeout is None or attempt.timeout > left:
+                attempt.timeout = max(left, 0.0)
+                self._mark_clipped(attempt)
+        calls.report().bulkhead_waited(job.id, attempt.number + 1, waited)
+        kwargs = calls.kwargs[job.id]
+        assert kwargs is not None  # read before the attempt asked for a permit
+        calls.call(attempt, job, kwargs)
+
+    def _deadline(self) -> float | None:
+        """The forward phase's deadline on the loop's clock, if the run has one."""
+        return self._calls.run.deadline if self._calls.clipped is not None else None
+
+    def _mark_clipped(self, attempt: Attempt) -> None:
+        """The run's deadline cut this attempt short (its notes and events say so)."""
+        clipped = self._calls.clipped
+        if clipped is not None:
+            clipped[attempt.id] = attempt.number
 
     def admitted(self, attempt: Attempt) -> tuple[float | None, str | None]:
         """What an admitted attempt's bulkhead and breaker did: the seconds it waited for
@@ -200,14 +249,14 @@ class Guards:
             if claimed:
                 held.permit = True
                 held.waited = waited
-                self._calls.call_admitted(attempt, waited)
+                self._call_admitted(attempt, waited)
                 return
         self._leave(bulkhead, waiter)
         self._forget_probe(attempt, held)
         del self.held[attempt]
         # The run's deadline passed before a permit came: the attempt ran out of time.
         attempt.state = _TIMED_OUT
-        self._calls.mark_clipped(attempt)
+        self._mark_clipped(attempt)
         self._calls.table.post((_RAISED, attempt, TimeoutError("the run's timeout expired")))
 
     def waiting(self, attempt: Attempt) -> bool:
@@ -298,7 +347,7 @@ class Guards:
         """The breaker's ``name``, else the nodes of this plan naming it."""
         if breaker.name is not None:
             return repr(breaker.name)
-        names = [node.name for node in self._calls.nodes() if node.breaker is breaker]
+        names = [node.name for node in self._calls.jobs.nodes if node.breaker is breaker]
         return "of " + ", ".join(repr(name) for name in names)
 
     def _bulkhead_name(self, bulkhead: Bulkhead, attempt: Attempt) -> str:
@@ -353,7 +402,7 @@ class Guards:
         raised, payload, original = outcome
         if running.state >= _CANCELLED:  # the run stopped meanwhile
             self._calls.report().attempt_cancelled(running.id, running.number + 1)
-            self._calls.execute(self._calls.run().drained(running.id))
+            self._calls.execute(self._calls.run.drained(running.id))
             return
         if raised:
             self.fallback_failed(running, original, payload)
