@@ -15,7 +15,7 @@ import math
 import time
 import types
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .. import _core
 from .._declarations import Acquisition
@@ -25,9 +25,6 @@ from .jobs import Job, JobTable
 from .record import FailureRecord
 from .reporter import Reporter
 from .runtime import TIMEOUT_MESSAGE
-
-if TYPE_CHECKING:
-    from .outcomes import Outcomes
 
 _START: Final = _core.START
 _SLEEP: Final = _core.SLEEP
@@ -69,6 +66,7 @@ class Calls:
     """Carries out the core's commands for one run (made when the run first needs it)."""
 
     __slots__ = (
+        "__weakref__",
         "_acquisitions",
         "_arguments",
         "_clipped",
@@ -86,13 +84,11 @@ class Calls:
         "_watch",
         "inline_attempt",
         "kwargs",
-        "outcomes",
         "table",
         "task",
     )
 
     task: asyncio.Task[Any]  # the phase's task (forward or shutdown), while it runs
-    outcomes: Outcomes  # set by the run's ``Outcomes`` when it is made with these calls
     _inline_when: float  # the inline timer's due time, set with the timer
 
     def __init__(

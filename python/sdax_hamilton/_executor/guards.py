@@ -16,8 +16,9 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from .._failures import add_note_once
 from .._resilience import Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen
@@ -26,6 +27,7 @@ from .attempts import Attempt, AttemptState, EventKind
 
 if TYPE_CHECKING:
     from .calls import Calls
+    from .outcomes import Outcomes
 
 logger = logging.getLogger("sdax_hamilton")
 
@@ -90,7 +92,9 @@ class Guards:
     __slots__ = ("_calls", "_loop", "held", "rejections", "waited")
 
     def __init__(self, calls: Calls, loop: asyncio.AbstractEventLoop) -> None:
-        self._calls = calls
+        # A proxy: the run's ``Calls`` holds its guards, which must not hold it back (a
+        # run leaves no reference cycle, tests/test_driver_memory.py).
+        self._calls: Calls = cast("Calls", weakref.proxy(calls))
         self._loop = loop
         self.held: dict[Attempt, Held] = {}
         self.waited: dict[int, float] = {}  # job -> seconds spent waiting for permits
@@ -357,7 +361,7 @@ class Guards:
 
     # ------------------------------------------------------------------ fallback
 
-    def fall_back(self, attempt: Attempt, original: BaseException) -> None:
+    def fall_back(self, attempt: Attempt, original: BaseException, outcomes: Outcomes) -> None:
         """The core said FALLBACK: call the node's fallback once with its failure."""
         job = attempt.job
         fallback = job.node.fallback
@@ -373,7 +377,7 @@ class Guards:
         try:
             result = fallback(original)
         except BaseException as error:
-            self.fallback_failed(attempt, original, error)
+            self.fallback_failed(attempt, original, error, outcomes)
             return
         if asyncio.iscoroutine(result) or asyncio.isfuture(result) or hasattr(result, "__await__"):
             running = Attempt(job, attempt.number, None)
@@ -383,7 +387,7 @@ class Guards:
             self._calls.table.live += 1
             running.task = self._loop.create_task(self._await_fallback(running, original))
             return
-        self.fallback_returned(attempt, original, result)
+        self.fallback_returned(attempt, original, result, outcomes)
 
     async def _await_fallback(self, running: Attempt, original: BaseException) -> None:
         table = self._calls.table
@@ -396,7 +400,9 @@ class Guards:
             table.live -= 1
             table.post((_FELL_BACK, running, (False, value, original)))
 
-    def fell_back(self, running: Attempt, outcome: tuple[bool, Any, BaseException]) -> None:
+    def fell_back(
+        self, running: Attempt, outcome: tuple[bool, Any, BaseException], outcomes: Outcomes
+    ) -> None:
         """An async fallback ended (``(raised, value or error, original failure)``)."""
         self._calls.table.end(running)
         raised, payload, original = outcome
@@ -405,30 +411,32 @@ class Guards:
             self._calls.execute(self._calls.run.drained(running.id))
             return
         if raised:
-            self.fallback_failed(running, original, payload)
+            self.fallback_failed(running, original, payload, outcomes)
         else:
-            self.fallback_returned(running, original, payload)
+            self.fallback_returned(running, original, payload, outcomes)
 
-    def fallback_returned(self, attempt: Attempt, original: BaseException, value: Any) -> None:
+    def fallback_returned(
+        self, attempt: Attempt, original: BaseException, value: Any, outcomes: Outcomes
+    ) -> None:
         node = attempt.job.node
         check = checker(node.output_type)
         try:
             ok = check is None or check(value)
         except BaseException as broken:
-            self.fallback_failed(attempt, original, broken)
+            self.fallback_failed(attempt, original, broken, outcomes)
             return
         if not ok:
             error: BaseException = invalid_output(node.name, node.origin, node.output_type, value)
             add_note_once(error, f"sdax_hamilton: node {node.name!r}: the value of its fallback")
-            self.fallback_failed(attempt, original, error)
+            self.fallback_failed(attempt, original, error, outcomes)
             return
-        self._calls.outcomes.fallback_used(attempt, value, original)
+        outcomes.fallback_used(attempt, value, original)
 
     def fallback_failed(
-        self, attempt: Attempt, original: BaseException, error: BaseException
+        self, attempt: Attempt, original: BaseException, error: BaseException, outcomes: Outcomes
     ) -> None:
         """The fallback raised ``error`` (or its value failed the check): the node fails
         with it, the original failure as its cause."""
         if error is not original and not isinstance(error, _TERMINATION):
             error.__cause__ = original
-        self._calls.outcomes.fallback_failed(attempt, error)
+        outcomes.fallback_failed(attempt, error)

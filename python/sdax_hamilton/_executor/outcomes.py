@@ -92,7 +92,6 @@ class Outcomes:
         self._watch = watch
         self._reporter = reporter
         self._record = record
-        calls.outcomes = self
 
     def _report(self) -> Reporter:
         reporter = self._reporter
@@ -123,7 +122,7 @@ class Outcomes:
         elif kind is _PERMIT:
             self._calls.guards().permit(subject, payload)
         elif kind is _FELL_BACK:
-            self._calls.guards().fell_back(subject, payload)
+            self._calls.guards().fell_back(subject, payload, self)
         else:  # ABORT: an observer raised KeyboardInterrupt/SystemExit (already primary)
             self._execute(self._run.cancel())
 
@@ -247,7 +246,7 @@ class Outcomes:
             self._report().retry_skipped(job.id, number, exc, None, "budget")
         self._execute(commands)
         if fallback:
-            self._calls.guards().fall_back(attempt, exc)
+            self._calls.guards().fall_back(attempt, exc, self)
 
     @staticmethod
     def _why_final(job: Job, commands: list[_core.Command]) -> tuple[bool, bool]:
