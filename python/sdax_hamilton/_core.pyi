@@ -109,11 +109,13 @@ class CarriedNode:
         output_type: Any,
         owned: bool,
         positional: bool,
+        declined: bool = False,
     ) -> CarriedNode:
         """``args``: ``(keyword, value-table key)`` pairs; ``checks``: ``(keyword, check,
         is_class)``; ``output_check``: ``(check, is_class)``; ``owned``: the node owns an
         acquisition; ``positional``: ``args`` are the function's first parameters, in
-        order."""
+        order; ``declined``: its STARTs are left to the driver (a bulkhead or a breaker
+        admits each attempt first)."""
     @property
     def name(self) -> str: ...
 

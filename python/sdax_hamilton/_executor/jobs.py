@@ -66,8 +66,6 @@ class JobTable(tuple[Job, ...]):
     shared: tuple[RetryBudget | None, list[int] | None] | None
     """What runs of this plan hand the core's ``Run`` (docs/resilience.md): the Driver's
     retry budget and the forward jobs with a fallback; ``None``: neither."""
-    guarded: bool
-    """Some node names a bulkhead, a breaker or a fallback."""
 
     def __new__(
         cls,
@@ -101,12 +99,8 @@ class JobTable(tuple[Job, ...]):
         table = super().__new__(cls, (*forward, *releases))
         table.nodes = nodes
         table.forward_count = n
+        # (A node with a bulkhead or a breaker: its carried node declines, ``carrier_of``.)
         fallbacks = [i for i, node in enumerate(nodes) if node.fallback is not None]
-        table.guarded = bool(fallbacks) or any(job.guarded for job in forward)
-        if table.guarded:
-            # Attempts are admitted (a permit, the breaker) before each call, which the
-            # driver does: the core's Run does not carry these calls out itself.
-            carrier = None
         table.shared = (
             None if retry_budget is None and not fallbacks else (retry_budget, fallbacks or None)
         )

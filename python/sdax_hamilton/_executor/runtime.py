@@ -80,6 +80,7 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
                 output_type=node.output_type,
                 owned=node.release is not None,
                 positional=not node.defaults and _takes_positionally(node.call, node.args),
+                declined=node.bulkhead is not None or node.breaker is not None,
             )
             for node in nodes
         ],
