@@ -749,3 +749,41 @@ async def query(i: int) -> int:
     waits = sorted(s.attributes["sdax_hamilton.bulkhead_wait"] for s in spans)  # type: ignore[index]
     assert waits[0] == 0.0 and waits[1] > 0.05
     assert {s.attributes["sdax_hamilton.breaker_state"] for s in spans} == {"closed"}  # type: ignore[index]
+
+
+async def test_only_guarded_nodes_leave_the_core_s_inline_carrying(
+    make_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sdax_hamilton._executor.calls import Calls
+    from sdax_hamilton._executor.jobs import Job
+
+    started: list[str] = []
+    original = Calls._start
+
+    def counting(calls: Calls, job: Job, attempt: int, timeout: Any) -> None:
+        started.append(job.name)
+        original(calls, job, attempt, timeout)
+
+    monkeypatch.setattr(Calls, "_start", counting)
+    module = make_module(
+        """
+from sdax_hamilton import Bulkhead, execution
+
+BULKHEAD = Bulkhead(1)
+
+def a(x: int) -> int:
+    return x + 1
+
+@execution(bulkhead=BULKHEAD)
+def b(a: int) -> int:
+    return a + 1
+
+@execution(fallback=lambda exc: 0)
+def c(b: int) -> int:
+    return b + 1
+"""
+    )
+    plan = Driver(module).prepare(["c"])
+    assert await plan.execute(inputs={"x": 1}) == {"c": 4}
+    assert started == ["b"]  # a and c (a fallback is no reason) are carried by the core
+    assert module.BULKHEAD.in_use == 0
