@@ -787,3 +787,50 @@ def c(b: int) -> int:
     assert await plan.execute(inputs={"x": 1}) == {"c": 4}
     assert started == ["b"]  # a and c (a fallback is no reason) are carried by the core
     assert module.BULKHEAD.in_use == 0
+
+
+def test_a_permit_released_on_one_loop_wakes_a_waiter_on_another_thread(make_module: Any) -> None:
+    import threading
+
+    module = make_module(
+        """
+import asyncio
+import threading
+from sdax_hamilton import Bulkhead, execution
+
+BULKHEAD = Bulkhead(1, max_waiting=1)
+HOLDING = threading.Event()
+RELEASE = threading.Event()
+ORDER: list[int] = []
+
+@execution(bulkhead=BULKHEAD)
+async def query(i: int) -> int:
+    ORDER.append(i)
+    if i == 0:
+        HOLDING.set()
+        while not RELEASE.is_set():
+            await asyncio.sleep(0.001)
+    return i
+"""
+    )
+    plan = Driver(module).prepare(["query"])
+    results: dict[int, Any] = {}
+
+    def run(i: int) -> None:
+        results[i] = asyncio.run(plan.execute(inputs={"i": i}))
+
+    holder = threading.Thread(target=run, args=(0,))
+    holder.start()
+    assert module.HOLDING.wait(5)
+    waiter = threading.Thread(target=run, args=(1,))
+    waiter.start()
+    deadline = time.monotonic() + 5
+    while module.BULKHEAD.waiting != 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    module.RELEASE.set()
+    holder.join(5)
+    waiter.join(5)
+    assert results == {0: {"query": 0}, 1: {"query": 1}}
+    assert module.ORDER == [0, 1]
+    assert (module.BULKHEAD.in_use, module.BULKHEAD.waiting) == (0, 0)
