@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 import pytest
+from support import loops as loop_support
 
 from sdax_hamilton import (
     Bulkhead,
@@ -817,7 +818,7 @@ async def query(i: int) -> int:
     results: dict[int, Any] = {}
 
     def run(i: int) -> None:
-        results[i] = asyncio.run(plan.execute(inputs={"i": i}))
+        results[i] = loop_support.run(plan.execute(inputs={"i": i}))
 
     holder = threading.Thread(target=run, args=(0,))
     holder.start()
