@@ -43,6 +43,7 @@ EventKind: TypeAlias = Literal[
     "retry_skipped",
     "deadline_expired",
     "input_rejected",
+    "cache_hit",
     "shutdown_started",
     "release_started",
     "release_succeeded",
@@ -104,6 +105,9 @@ class RunEvent:
       than ``CancelledError`` it raised meanwhile, else ``None``.
     * ``input_rejected``: the node's inputs failed their type check before its first
       attempt (``error`` is the ``TypeError``); nothing was called, ``attempt`` is ``0``.
+    * ``cache_hit``: the node took its value from the cache (``Driver(..., cache=)``,
+      docs/caching.md), or from a concurrent run computing the same key; its function
+      was not called, ``attempt`` is ``0``.
     * ``release_started`` / ``release_succeeded`` / ``release_failed`` /
       ``release_timed_out`` / ``release_retry_scheduled``: the same for the release of
       the resource owned by ``node``.
@@ -243,6 +247,8 @@ class NodeReport:
     """Attempts refused without a call (``BulkheadFull``, ``CircuitOpen``)."""
     fallback: bool = False
     """It failed for good and its fallback's value was used (its outcome: ``succeeded``)."""
+    cached: bool = False
+    """The node's value came from the cache (a ``cache_hit``): no attempt was made."""
 
     @property
     def total(self) -> float | None:
@@ -265,6 +271,7 @@ class _Track:
         "attempt_start",
         "attempts",
         "bulkhead_wait",
+        "cached",
         "clipped",
         "expired",
         "fallback",
@@ -295,6 +302,7 @@ class _Track:
         self.rejections = 0
         self.fallback = False
         self.wait_since: float | None = None
+        self.cached = False
 
     def start(self, time: float) -> None:
         self.attempts += 1
@@ -329,6 +337,7 @@ class _Track:
             bulkhead_wait=self.bulkhead_wait,
             rejections=self.rejections,
             fallback=self.fallback,
+            cached=self.cached,
         )
 
 
@@ -342,8 +351,13 @@ _FORWARD_END: Mapping[str, Outcome] = {
 
 
 def _record_shared_event(track: _Track, kind: str, time: float) -> None:
-    """Record an event of the shared objects (docs/resilience.md) on a node's track."""
-    if kind == "bulkhead_waiting":
+    """Record an event of what runs share (docs/caching.md, docs/resilience.md) on a node's
+    track."""
+    if kind == "cache_hit":
+        track.cached = True
+        track.started = time
+        track.end(time, "succeeded", None)
+    elif kind == "bulkhead_waiting":
         track.wait_since = time
         if track.started is None:
             track.started = time
@@ -570,15 +584,7 @@ class RunReport:
         for kind, table in (("node", self.nodes), ("release", self.releases)):
             for name, item in table.items():
                 attempts = str(item.attempts)
-                remarks = []
-                if item.timeouts:
-                    remarks.append(f"{item.timeouts} timed out")
-                if item.clipped:
-                    remarks.append(f"{item.clipped} clipped")
-                if item.retry_skipped:
-                    remarks.append("no time to retry")
-                if item.expired:
-                    remarks.append("run timed out")
+                remarks = _remarks(item)
                 if remarks:
                     attempts += f" ({', '.join(remarks)})"
                 start = (
@@ -609,6 +615,22 @@ class RunReport:
         return (
             f"<RunReport {self.outcome}: nodes={len(self._nodes)} releases={len(self._releases)}>"
         )
+
+
+def _remarks(item: NodeReport) -> list[str]:
+    """What ``RunReport.format`` says after a step's attempt count."""
+    remarks = []
+    if item.timeouts:
+        remarks.append(f"{item.timeouts} timed out")
+    if item.clipped:
+        remarks.append(f"{item.clipped} clipped")
+    if item.retry_skipped:
+        remarks.append("no time to retry")
+    if item.expired:
+        remarks.append("run timed out")
+    if item.cached:
+        remarks.append("from cache")
+    return remarks
 
 
 def _duration(seconds: float) -> str:

@@ -58,10 +58,13 @@ class EventKind(enum.IntEnum):
     """``(_, None, None)``: an observer raised ``KeyboardInterrupt``/``SystemExit``: stop."""
     EXPIRED = 6
     """``(_, Job, attempt number)``: the run's deadline passed before it could start."""
-    PERMIT = 7
+    STORED = 7
+    """``(_, Attempt, None)``: the cache's store of the attempt's value is over
+    (``cache.py``): the node is done."""
+    PERMIT = 8
     """``(_, Attempt, granted)``: a waiting attempt's permit came (``True``), or the run's
     deadline passed while it waited (``False``): ``guards.py``."""
-    FELL_BACK = 8
+    FELL_BACK = 9
     """``(_, Attempt, (raised, value or error, original))``: an async fallback ended."""
 
 

@@ -82,6 +82,7 @@ class Calls:
         "_two_clocks",
         "_values",
         "_watch",
+        "cache",
         "inline_attempt",
         "kwargs",
         "table",
@@ -123,6 +124,8 @@ class Calls:
         self._inline_timer: asyncio.TimerHandle | None = None
         self._two_clocks: bool | None = None  # see ``_clocks_differ``
         self._guards: Guards | None = None  # the shared objects at work (``guards``)
+        # The run's lookups and stores (``cache.py``), when the plan caches nodes.
+        self.cache = None if jobs.cache is None else jobs.cache.run(self)
 
     def report(self) -> Reporter:
         """The run's reporter: the run's own (``reporter``, when it has observers), else
@@ -227,12 +230,13 @@ class Calls:
         attempt.next = running[job.id]
         running[job.id] = attempt
         if job.forward:
-            # Arguments are read and checked once; retries reuse them.
+            # Arguments are read and checked once (before a lookup, if any); retries reuse them.
             kwargs = self.kwargs[job.id] if attempt_number else self._first_kwargs(attempt)
             if kwargs is None:
                 return  # bad input, reported
-            if job.guarded:  # admitted (and called), rejected, or waiting for a permit
-                self._guarded(attempt, job, kwargs)
+            if (self.cache is not None or job.guarded) and self._diverted(
+                attempt, job, kwargs, timeout
+            ):
                 return
             if self._watch:
                 self.report().attempt_started(
@@ -266,10 +270,25 @@ class Calls:
         else:
             table.post((_RETURNED, attempt, result))
 
-    def _guarded(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None:
-        """START of a node with a bulkhead or a breaker: called once they admit it."""
-        if self.guards().admit(attempt):
+    def _diverted(
+        self, attempt: Attempt, job: Job, kwargs: dict[str, Any], timeout: float | None
+    ) -> bool:
+        """Whether a forward START goes somewhere before (or instead of) the call: the
+        cache's lookup, or a bulkhead's and a breaker's admission (called once admitted,
+        ``guards.py``)."""
+        cache = self.cache
+        if cache is not None and not attempt.number and cache.looks_up(job.id):
+            # Not a call: the lookup's own attempt, without the call's timeout; a
+            # miss starts the call (``start_after_miss``).
+            attempt.timeout = None
+            attempt.aw = cache.lookup(attempt, kwargs, timeout)
+            self.table.fresh.append(attempt)
+            return True
+        if not job.guarded:
+            return False
+        if self.guards().admit(attempt):  # else rejected, or waiting for a permit
             self.call(attempt, job, kwargs)
+        return True
 
     def call(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None:
         """Call a guarded forward job's function for an admitted ``attempt`` now
@@ -299,6 +318,11 @@ class Calls:
             table.fresh.append(attempt)
         else:
             table.post((_RETURNED, attempt, result))
+
+    def start_after_miss(self, job: Job, timeout: float | None) -> None:
+        """The lookup before ``job``'s first attempt missed (``cache.py``): call it now,
+        with the arguments the lookup was given."""
+        self._start(job, 0, timeout)
 
     def _returned_unreadable(self, attempt: Attempt, result: Any, exc: BaseException) -> None:
         """Asking whether ``result`` is awaitable raised ``exc``: the attempt failed with it;
@@ -344,6 +368,9 @@ class Calls:
         reading for both paths: ``Carrier.arguments``, src/carry.rs); ``None`` after posting
         the bad input. An owner gets its acquisition record here, once."""
         job = attempt.job
+        kwargs = self.kwargs[job.id]
+        if kwargs is not None:  # read before a lookup that missed (``start_after_miss``)
+            return kwargs
         try:
             kwargs = self._arguments(job.id, self._values)
         except BaseException as exc:  # a KeyboardInterrupt from a check stops the run
@@ -358,6 +385,8 @@ class Calls:
         """CANCEL: cancel each live attempt of ``job`` once, noting whether it reached it."""
         for attempt in self.table.live_of(job):
             self.cancel_attempt(attempt)
+        if self.cache is not None:
+            self.cache.cancel(job)  # a store in progress: the job drains when it is over
 
     def cancel_attempt(self, attempt: Attempt) -> None:
         if attempt.state >= _CANCELLED:

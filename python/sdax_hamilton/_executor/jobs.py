@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from .. import _core
 from .._resilience import RetryBudget
 from .runtime import NodeRuntime, ReleaseRuntime, carrier_of
+
+if TYPE_CHECKING:
+    from .cache import PlanCache
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -62,6 +65,8 @@ class JobTable(tuple[Job, ...]):
     """How every job of the plan is called: the carrier's reading of a node's arguments
     serves the driver's own STARTs too (``Carrier.arguments``), so both paths pass the same
     arguments (tests/test_driver_carrier.py). ``carrier`` itself when there is one."""
+    cache: PlanCache | None
+    """The plan's caching (``Driver(..., cache=)``, ``cache.py``); ``None``: none."""
 
     shared: tuple[RetryBudget | None, list[int] | None] | None
     """What runs of this plan hand the core's ``Run`` (docs/resilience.md): the Driver's
@@ -71,6 +76,7 @@ class JobTable(tuple[Job, ...]):
         cls,
         nodes: Sequence[NodeRuntime],
         carrier: _core.Carrier | None = None,
+        cache: PlanCache | None = None,
         retry_budget: RetryBudget | None = None,
     ) -> Self:
         nodes = tuple(nodes)
@@ -105,6 +111,7 @@ class JobTable(tuple[Job, ...]):
             None if retry_budget is None and not fallbacks else (retry_budget, fallbacks or None)
         )
         table.carrier = carrier
+        table.cache = cache
         table.calling = carrier if carrier is not None else carrier_of(nodes)
         return table
 

@@ -17,6 +17,7 @@ from .version import check_hamilton_version
 if TYPE_CHECKING:
     from .. import _core
     from .._plan import PreparedPlan
+    from .caching import Cache
 
 
 def _config(config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -90,6 +91,9 @@ class Driver:
 
     ``retry_budget``: every retry of every run of this Driver's plans draws on it
     (docs/resilience.md).
+    ``cache``: ``True`` (Hamilton's default directory), a directory path, or Hamilton's
+    ``HamiltonCacheAdapter``: node values are kept across runs in Hamilton's own cache
+    format, shared with Hamilton's ``Builder().with_cache()`` (docs/caching.md).
     """
 
     _nodes: dict[str, NodeSpec]
@@ -101,6 +105,7 @@ class Driver:
         config: Mapping[str, Any] | None = None,
         adapters: Sequence[object] | None = None,
         retry_budget: RetryBudget | None = None,
+        cache: object = None,
     ) -> None:
         values = _config(config)
         self._retry_budget = _retry_budget(retry_budget)
@@ -111,9 +116,16 @@ class Driver:
         hamilton_nodes: dict[str, Any] | None = None
         if accepted:
             pre_do_anything(accepted)
+        if accepted or cache is not None:
             hamilton_nodes = {}
         self._nodes = translate(unique, values, hamilton_nodes)
         _check_fallbacks(self._nodes)
+        self._cache: Cache | None = None
+        if cache is not None:
+            from .caching import build_cache
+
+            assert hamilton_nodes is not None
+            self._cache = build_cache(cache, hamilton_nodes, self._nodes)
         self._config = MappingProxyType(values)
         from .._plan import compile_graph
 
@@ -148,4 +160,5 @@ class Driver:
             graph=self._graph,
             adapters=self._adapters,
             retry_budget=self._retry_budget,
+            cache=self._cache,
         )
