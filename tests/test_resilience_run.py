@@ -835,3 +835,46 @@ async def query(i: int) -> int:
     assert results == {0: {"query": 0}, 1: {"query": 1}}
     assert module.ORDER == [0, 1]
     assert (module.BULKHEAD.in_use, module.BULKHEAD.waiting) == (0, 0)
+
+
+async def test_a_cache_hit_takes_no_permit(tmp_path: Any) -> None:
+    import importlib.util
+    import sys
+    import textwrap
+
+    path = tmp_path / "sdax_guarded_cache_graph.py"
+    path.write_text(
+        textwrap.dedent(
+            """
+            from sdax_hamilton import Bulkhead, execution
+
+            BULKHEAD = Bulkhead(1)
+            CALLS = []
+
+            @execution(bulkhead=BULKHEAD)
+            def value(x: int) -> int:
+                CALLS.append(x)
+                return x * 2
+            """
+        )
+    )
+    spec = importlib.util.spec_from_file_location("sdax_guarded_cache_graph", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sdax_guarded_cache_graph"] = module
+    try:
+        spec.loader.exec_module(module)
+        plan = Driver(module, cache=tmp_path / "cache").prepare(["value"])
+        assert await plan.execute(inputs={"x": 3}) == {"value": 6}  # a miss: called
+        assert module.BULKHEAD._core.try_acquire() == "granted"  # someone holds the permit
+        try:
+            assert await plan.execute(inputs={"x": 3}) == {"value": 6}  # a hit: no permit
+            with pytest.raises(ExecutionError) as caught:
+                await plan.execute(inputs={"x": 4})  # a miss: the call needs the permit
+            assert isinstance(caught.value.exceptions[0], BulkheadFull)
+        finally:
+            module.BULKHEAD._core.release()
+        assert module.CALLS == [3]
+        assert (module.BULKHEAD.in_use, module.BULKHEAD.waiting) == (0, 0)
+    finally:
+        sys.modules.pop("sdax_guarded_cache_graph", None)
