@@ -57,12 +57,14 @@ def test_signatures_are_keyword_only_with_documented_defaults() -> None:
         "max_delay": None,
         "retry_after": None,
     }
-    only_execution = {"in_thread": False}
-    for factory, extra, after in ((execution, [], only_execution), (shutdown, ["of"], {})):
+    guards = ["bulkhead", "breaker", "fallback"]  # execution only (docs/resilience.md)
+    for factory, extra, more in ((execution, [], [*guards, "in_thread"]), (shutdown, ["of"], [])):
         params = inspect.signature(factory).parameters
-        assert list(params) == [*extra, *expected, *after]
+        assert list(params) == [*extra, *expected, *more]
+        for name in more:
+            assert params[name].default is (False if name == "in_thread" else None)
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
-        for name, default in {**expected, **after}.items():
+        for name, default in expected.items():
             assert params[name].default == default
     assert inspect.signature(shutdown).parameters["of"].default is inspect.Parameter.empty
 

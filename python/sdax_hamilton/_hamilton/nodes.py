@@ -167,6 +167,7 @@ def specs(
         if prov.internal and prov.gate is not None:
             gate = ".".join((*prov.mount, prov.gate))
         release_entry = placement.releases.get(name)
+        guard = placement.guarded.get(name)
         where = origins.get(id(prov.decl))
         if where is None:
             where = origins[id(prov.decl)] = origin(prov.decl)
@@ -183,6 +184,9 @@ def specs(
             validation_internal=prov.internal,
             validation_gate=gate,
             borrowed=prov.kind == ALIAS and bool(node_borrows),
+            bulkhead=None if guard is None else guard.bulkhead,
+            breaker=None if guard is None else guard.breaker,
+            fallback=None if guard is None else guard.fallback,
             in_thread=name in placement.threaded,
         )
     return table

@@ -27,6 +27,9 @@ class Placement:
     """Owned node -> its release."""
     ownership: frozenset[str]
     """Actual calls of shutdown-declared functions (each must be owned when selected)."""
+    guarded: dict[str, _declarations.ExecutionDeclaration]
+    """Node -> its ``execution`` declaration, for nodes naming a bulkhead, a breaker or a
+    fallback (docs/resilience.md)."""
     threaded: frozenset[str] = frozenset()
     """Nodes whose attempts run in a worker thread (``execution(in_thread=True)``)."""
 
@@ -63,6 +66,7 @@ def place(
     policies: dict[str, _core.Policy] = {}
     releases: dict[str, tuple[ReleaseSpec, FunctionType]] = {}
     ownership: set[str] = set()
+    guarded: dict[str, _declarations.ExecutionDeclaration] = {}
     threaded: set[str] = set()
 
     for fn in declarations:
@@ -76,6 +80,8 @@ def place(
                         "node one execution(...) (check the declarations' target_)"
                     )
                 policies[name] = found.policy
+                if found.bulkhead or found.breaker or found.fallback:
+                    guarded[name] = found
                 if found.in_thread:
                     threaded.add(name)
         shutdowns = shutdowns_of(fn)
@@ -85,7 +91,7 @@ def place(
             ownership.update(name for name in names if by_name[name].prov.kind == CALL)
         for shutdown in shutdowns:
             _place_release(fn, shutdown, mounts, by_name, checks, releases)
-    return Placement(policies, releases, frozenset(ownership), frozenset(threaded))
+    return Placement(policies, releases, frozenset(ownership), guarded, frozenset(threaded))
 
 
 def _place_release(
