@@ -142,6 +142,9 @@ class Outcomes:
             if check is not None and not self._output_ok(attempt, check, value):
                 return
             self._values[node.name] = value
+            # Succeeded: no attempt of it will need its arguments again (an open run
+            # would otherwise hold them until it exits).
+            self._calls.kwargs[job.id] = None
             if self._watch:
                 self._report().attempt_succeeded(job.id, attempt.number + 1)
             self._execute(run.succeeded(job.id))
