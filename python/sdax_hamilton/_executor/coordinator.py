@@ -156,8 +156,15 @@ async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, thro
 def _phase_task_ends(ctx: PhaseOwner, carrying: bool) -> None:
     """The phase's task ends: its inline timer goes, and no inline attempt is left to use
     the task."""
-    if ctx._calls is not None:
-        ctx._calls.stop_inline_timer()
+    calls = ctx._calls
+    if calls is not None:
+        calls.stop_inline_timer()
+        # The run outlives its phase's task wherever a failure's traceback keeps its
+        # frames: it does not keep the task (and what the task holds) alive with it.
+        try:
+            del calls.task
+        except AttributeError:
+            pass
     if carrying:
         ctx._run.carry_with(None)  # the Run refers to this task no more
 
@@ -425,4 +432,5 @@ async def _salvage_in_task(ctx: PhaseOwner, exc: BaseException) -> None:
         if not await salvage(ctx, exc):
             abandon(ctx, exc)
     finally:
+        _phase_task_ends(ctx, False)
         ctx._dispose()
