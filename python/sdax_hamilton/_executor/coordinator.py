@@ -165,6 +165,8 @@ def _phase_task_ends(ctx: PhaseOwner, carrying: bool) -> None:
             del calls.task
         except AttributeError:
             pass
+        if calls.cache is not None:
+            calls.cache.close()  # keys it led but did not produce: waiters go on
     if carrying:
         ctx._run.carry_with(None)  # the Run refers to this task no more
 
