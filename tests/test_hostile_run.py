@@ -108,10 +108,16 @@ def test_a_run_near_the_recursion_limit_leaves_the_thread_usable(
     async def main() -> Counter[str]:
         return await _sweep(one, normal)
 
-    seen = loop_support.run(main())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seen = loop_support.run(main())
+        gc.collect()
     # The sweep reached the limit (some runs could not start) and runs below it worked;
     # a run that failed part way says so as a run does (never a KeyError of an output).
     assert (seen["RecursionError"] > 0 or EDGE_UNSAFE) and seen["ok"] > 0, seen
+    # A run refused at the limit left no phase coroutine or task behind, never to run.
+    left = [str(w.message) for w in caught if "never awaited" in str(w.message)]
+    assert left == [], left
     assert set(seen) <= {"ok", "RecursionError", "ExecutionError"}, seen
     # A new loop in the same thread: the per-thread helpers were restored.
     loop_support.run(normal())
