@@ -317,6 +317,7 @@ class Outcomes:
         the node had returned it."""
         job = attempt.job
         self._values[job.node.name] = value
+        self._calls.kwargs[job.id] = None  # done: as in ``_succeeded``
         self._report().fallback_used(job.id, attempt.number + 1, original)
         self._execute(self._run.succeeded(job.id))
 
