@@ -859,7 +859,7 @@ async def test_reads_that_cannot_connect_open_the_breaker_and_runs_fail_fast(dsn
         assert isinstance(leaf, CircuitOpen) and leaf.breaker is pg_graph.READS
         assert 0 < leaf.retry_after <= 2.0
         assert observed.count("circuit_rejected", "stored_note") == 1
-        assert observed.count("attempt_started", "stored_note") == 1  # no retry, no call
+        assert observed.count("attempt_started", "stored_note") == 1  # rejected: no call, no retry
         for run in [*failing, inputs]:
             assert await judge.rows(run["note"]) == 1  # committed before the read
             assert (await judge.sessions_gone(run["application_name"]))[0] == []
