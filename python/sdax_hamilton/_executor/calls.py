@@ -259,16 +259,7 @@ class Calls:
             except BaseException as exc:
                 table.post((_RAISED, attempt, exc))
                 return
-        try:
-            awaitable = type(result) is _CoroutineType or _isawaitable(result)
-        except BaseException as exc:  # user code asked (a ``__class__`` property)
-            self._returned_unreadable(attempt, result, exc)
-            return
-        if awaitable:
-            attempt.aw = result
-            table.fresh.append(attempt)
-        else:
-            table.post((_RETURNED, attempt, result))
+        self.returned(attempt, result)
 
     def _diverted(
         self, attempt: Attempt, job: Job, kwargs: dict[str, Any], timeout: float | None
