@@ -439,7 +439,7 @@ class _Drawing:
     """The layout of one timeline picture and the pieces drawn on it."""
 
     PLOT_W = 880
-    TOP = 58
+    TOP = 78
 
     def __init__(self, line: Timeline) -> None:
         self.line = line
@@ -489,9 +489,10 @@ class _Drawing:
             f'fill="#222">{_xml(header)}</text>'
         )
         _legend(self.add, 12, 38, self.ids, self.font)
-        self.rows()
+        self.bands()
         self.axis()
         self.phases()
+        self.labels()
         for span in self.line.spans:
             self.span(span)
         for mark in self.line.marks:
@@ -522,8 +523,8 @@ class _Drawing:
             )
         self.add("</defs>")
 
-    def rows(self) -> None:
-        """A band per row (releases tinted), its label cut short with the full one as a tip."""
+    def bands(self) -> None:
+        """A band per row, releases tinted."""
         for number, (row, top) in enumerate(zip(self.line.rows, self.tops, strict=True)):
             even = number % 2 == 0
             if row.release:
@@ -534,6 +535,11 @@ class _Drawing:
                 f'<rect class="row" x="12" y="{top}" width="{self.label_w + self.PLOT_W}" '
                 f'height="{row.lanes * self.lane_h}" fill="{fill}"/>'
             )
+
+    def labels(self) -> None:
+        """Each row's label, cut short, the whole one as its tooltip (drawn after every band,
+        so that no band hides a descender of the row above)."""
+        for row, top in zip(self.line.rows, self.tops, strict=True):
             baseline = top + self.lane_h / 2 + self.font * 0.36
             self.add(
                 f'<text class="label" x="16" y="{baseline:.1f}" fill="#222">'
@@ -541,7 +547,9 @@ class _Drawing:
             )
 
     def axis(self) -> None:
-        """Grid lines at round times, labelled under the rows."""
+        """Grid lines at round times, labelled under the rows (and above them in a tall
+        picture)."""
+        tall = self.bottom - self.TOP > 400
         for tick in _ticks(self.span_end):
             tx = self.x(tick)
             self.add(
@@ -552,6 +560,11 @@ class _Drawing:
                 f'<text class="tick" x="{tx:.1f}" y="{self.bottom + 14}" '
                 f'text-anchor="middle" fill="#444">{_xml(_duration(tick))}</text>'
             )
+            if tall:  # the times again above the rows, in view before scrolling down
+                self.add(
+                    f'<text class="tick top" x="{tx:.1f}" y="{self.TOP - 6}" '
+                    f'text-anchor="middle" fill="#444">{_xml(_duration(tick))}</text>'
+                )
         self.add(
             f'<line class="axis" x1="{self.left}" y1="{self.bottom}" '
             f'x2="{self.left + self.PLOT_W}" y2="{self.bottom}" stroke="#444" stroke-width="1"/>'
@@ -572,7 +585,7 @@ class _Drawing:
                 continue
             mx = self.x(moment)
             self.add(
-                f'<line class="{css}" x1="{mx:.1f}" y1="{self.TOP - 8}" x2="{mx:.1f}" '
+                f'<line class="{css}" x1="{mx:.1f}" y1="{self.TOP - 20}" x2="{mx:.1f}" '
                 f'y2="{self.bottom}" stroke="{colour}" stroke-width="1.5" '
                 'stroke-dasharray="4 3"/>'
             )
@@ -580,7 +593,7 @@ class _Drawing:
                 anchor = "end"  # near the right edge: the label goes to the line's left
             tx = mx + 3 if anchor == "start" else mx - 3
             self.add(
-                f'<text x="{tx:.1f}" y="{self.TOP - 10}" text-anchor="{anchor}" '
+                f'<text x="{tx:.1f}" y="{self.TOP - 22}" text-anchor="{anchor}" '
                 f'fill="{colour}">{label}</text>'
             )
 
