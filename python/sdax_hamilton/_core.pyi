@@ -527,3 +527,36 @@ class RetryBudget:
         """Retries the budget would allow at ``now``, never below 0."""
     def counts(self, now: float) -> tuple[int, int]:
         """``(first attempts, retries taken)`` within the window at ``now``."""
+
+@final
+class Latency:
+    """The percentile of a node's successful attempts' durations within the trailing window,
+    ``initial`` until ``min_samples`` (docs/contract.md#latency)."""
+
+    def __new__(
+        cls, percentile: float, window: float, min_samples: int, initial: float
+    ) -> Latency: ...
+    @property
+    def percentile(self) -> float: ...
+    @property
+    def window(self) -> float: ...
+    @property
+    def min_samples(self) -> int: ...
+    @property
+    def initial(self) -> float: ...
+    @property
+    def capacity(self) -> int:
+        """Samples a window of this configuration holds at most (its fixed memory)."""
+    def new_window(self) -> LatencyWindow:
+        """A new, empty window of this configuration (one per node and Driver)."""
+
+@final
+class LatencyWindow:
+    """One node's latency window, shared across runs and threads."""
+
+    def record(self, now: float, duration: float) -> None:
+        """A successful attempt that took ``duration`` seconds ended at ``now``."""
+    def hedge_after(self, now: float) -> float:
+        """The delay after which a hedge is due at ``now`` (seconds)."""
+    def samples(self, now: float) -> int:
+        """Successes within the window at ``now`` that the window holds."""
