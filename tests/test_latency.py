@@ -44,7 +44,7 @@ def test_signature_and_defaults() -> None:
     assert Latency(99) == Latency(99.0) and Latency(99) != Latency(95)
     assert hash(Latency(99, window=5)) == hash(Latency(99.0, window=5.0))
     with pytest.raises(TypeError):
-        Latency(95.0, 60.0)  # type: ignore[misc]  # window is keyword-only
+        Latency(95.0, 60.0)  # type: ignore[call-arg]  # window is keyword-only
 
 
 @pytest.mark.parametrize(
