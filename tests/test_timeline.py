@@ -9,8 +9,10 @@ the SVG in a real browser.
 
 from __future__ import annotations
 
+import gc
 import json
 import re
+import weakref
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from typing import Any
@@ -527,3 +529,31 @@ async def test_a_real_failed_run_draws_the_timed_out_attempt(make_module: Any) -
     assert "sdax_hamilton run: failed (ExecutionError)" in (
         root.find(f"{SVG}title").text or ""  # type: ignore[union-attr]
     )
+
+
+def test_a_report_before_its_run_draws_an_empty_but_valid_timeline() -> None:
+    report = RunReport()
+    events = check_trace_format(report.to_chrome_trace())
+    assert tracks(events) == {"run": 0}
+    root = parse(report.to_svg())
+    assert classes(root, "row") == [] and classes(root, "attempt") == []
+    assert (root.find(f"{SVG}title").text or "").startswith("sdax_hamilton run: not started")  # type: ignore[union-attr]
+
+
+def test_the_timeline_keeps_no_exception_object() -> None:
+    # The type name only: an exception would keep its traceback's frames alive.
+    class Dropped(ConnectionResetError):  # a Python subclass can be weakly referenced
+        pass
+
+    error = Dropped("secret")
+    alive = weakref.ref(error)
+    report = feed(
+        RunReport(),
+        ("run_started", "", 0, 0.0, {"nodes": ("a",)}),
+        ("attempt_started", "a", 1, 0.0),
+        ("attempt_failed", "a", 1, 0.1, {"error": error}),
+    )
+    del error
+    gc.collect()
+    assert alive() is None
+    assert "Dropped" in report.to_svg()
