@@ -557,3 +557,37 @@ def test_the_timeline_keeps_no_exception_object() -> None:
     gc.collect()
     assert alive() is None
     assert "Dropped" in report.to_svg()
+
+
+def test_bulkhead_waits_are_hatched_spans_and_rejections_are_marks() -> None:
+    # The order docs/contract.md#shared-objects gives: a queued attempt's
+    # ``bulkhead_waiting`` then its ``attempt_started``; a refused attempt's
+    # ``bulkhead_rejected`` / ``circuit_rejected`` then its ``attempt_started`` and
+    # ``attempt_failed``; ``fallback_used`` when the fallback's value is used.
+    report = feed(
+        RunReport(),
+        ("run_started", "", 0, 0.0, {"nodes": ("query", "lookup")}),
+        ("bulkhead_waiting", "query", 1, 0.0),
+        ("attempt_started", "query", 1, 0.2),
+        ("attempt_succeeded", "query", 1, 0.3),
+        ("bulkhead_rejected", "lookup", 1, 0.0, {"error": RuntimeError()}),
+        ("attempt_started", "lookup", 1, 0.0),
+        ("attempt_failed", "lookup", 1, 0.0, {"error": RuntimeError()}),
+        ("fallback_used", "lookup", 1, 0.0, {"error": RuntimeError()}),
+        ("shutdown_started", "", 0, 0.3),
+        ("run_finished", "", 0, 0.3),
+    )
+    events = check_trace_format(report.to_chrome_trace())
+    names = tracks(events)
+    query = slices(events, names["query"])
+    assert [(e["name"], e["cat"], e["args"]["outcome"]) for e in query] == [
+        ("bulkhead wait", "wait", "waited"),
+        ("attempt 1", "attempt", "succeeded"),
+    ]
+    assert query[0]["dur"] == pytest.approx(200000)
+    marks = [(e["name"], e["tid"]) for e in events if e["ph"] == "i"]
+    assert marks == [("bulkhead full", names["lookup"]), ("fallback used", names["lookup"])]
+    root = parse(report.to_svg())
+    (wait,) = classes(root, "bulkhead-wait")
+    assert wait.get("fill", "").startswith("url(#") and "wait" in wait.get("class", "")
+    assert len(classes(root, "mark")) == 2
