@@ -216,6 +216,21 @@ def test_skipped_retries_expired_deadlines_and_rejected_inputs_are_instant_event
     assert b_wait["dur"] == pytest.approx(400000)
     run = slices(events, 0)[0]
     assert run["args"]["outcome"] == "failed" and run["args"]["exception"] == "ExecutionError"
+    root = parse(report.to_svg())
+    (deadline_line,) = classes(root, "deadline")
+    (shutdown_line,) = classes(root, "shutdown")
+    assert float(deadline_line.get("x1", "0")) < float(shutdown_line.get("x1", "0"))
+    assert len(classes(root, "mark")) == 3  # the deadline is a line, not a row's mark
+    # A deadline far past the run's end is not drawn: it would squeeze the run.
+    far = feed(
+        RunReport(),
+        ("run_started", "", 0, 0.0, {"nodes": ("a",), "deadline": 60.0}),
+        ("attempt_started", "a", 1, 0.0),
+        ("attempt_succeeded", "a", 1, 0.5),
+        ("shutdown_started", "", 0, 0.5),
+        ("run_finished", "", 0, 1.0),
+    )
+    assert classes(parse(far.to_svg()), "deadline") == []
 
 
 def test_a_report_read_mid_run_draws_what_is_still_going_up_to_the_last_event() -> None:
