@@ -13,6 +13,7 @@
 mod carry;
 mod check;
 mod graph;
+mod hedge;
 mod inputs;
 mod latency;
 mod policy;
@@ -25,6 +26,7 @@ use pyo3::prelude::*;
 
 use carry::PyCarrier;
 use graph::{PyGraph, PyPlan};
+use hedge::PyHedgeRound;
 use inputs::InputTable;
 use latency::{PyLatency, PyLatencyWindow};
 use policy::{_make_policy, is_number, run_budget, PyPolicy};
@@ -67,6 +69,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyRetryBudget>()?;
     m.add_class::<PyLatency>()?;
     m.add_class::<PyLatencyWindow>()?;
+    m.add_class::<PyHedgeRound>()?;
     m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
     m.add_function(wrap_pyfunction!(is_number, m)?)?;
