@@ -285,6 +285,41 @@ trigger("unsupported-decorator")(
 )
 trigger("adapter-refused")(lambda: Driver(_module(UNTIL), adapters=[object()]))
 
+
+def _cache_dir() -> str:
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="sdax-errors-cache-")
+
+
+@trigger("cache-adapter-as-adapter")
+def _() -> object:
+    from hamilton.caching.adapter import HamiltonCacheAdapter
+
+    return Driver(_module(UNTIL), adapters=[HamiltonCacheAdapter(path=_cache_dir())])
+
+
+trigger("cache-type")(lambda: D(_module(UNTIL), cache=False))
+trigger("cache-resource")(
+    lambda: Driver(
+        _module(
+            """
+            from hamilton.function_modifiers import cache
+            from sdax_hamilton import Acquisition, shutdown
+
+            @cache(behavior="default")
+            def connection() -> int:
+                return 1
+
+            @shutdown(of=connection)
+            def close(acquired: Acquisition[int]) -> None:
+                pass
+            """
+        ),
+        cache=_cache_dir(),
+    )
+)
+
 # ---- prepare() ------------------------------------------------------------------------
 
 trigger("check-outputs")(lambda: _service().prepare(["count"], check_outputs=ANY or 1))

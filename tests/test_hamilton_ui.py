@@ -186,6 +186,35 @@ async def test_tracker_records_a_failed_run(hamilton_ui: HamiltonUI, tracked_mod
     assert "negative count" in "".join(errors[0]["value"]["stack_trace"])
 
 
+async def test_tracker_records_cached_nodes(
+    hamilton_ui: HamiltonUI, tracked_module: Any, tmp_path: Path
+) -> None:
+    """With ``cache=`` (docs/caching.md) a hit runs the node hooks around the stored value,
+    as Hamilton's own driver does around a cached node: the UI shows the node in both runs.
+    ``fetch`` takes the connection (a resource) and is never cached; ``report`` is."""
+    project_id = hamilton_ui.create_project("sdax cached run")
+    tracker = tracker_for(hamilton_ui, project_id)
+    tracked_module.FAIL_FIRST["fetch"] = 0
+    driver = Driver(tracked_module, adapters=[tracker], cache=tmp_path / "cache")
+    plan = driver.prepare(["report"])
+    hits: list[list[str]] = []
+    for _ in range(2):
+        seen: list[Any] = []
+        result = await plan.execute(inputs={"dsn": "sqlite://", "limit": 4}, observer=seen.append)
+        assert result == {"report": 9}
+        hits.append([event.node for event in seen if event.kind == "cache_hit"])
+    assert hits == [[], ["report"]]
+    flush(tracker)
+
+    runs = hamilton_ui.latest_runs(project_id)
+    assert len(runs) == 2
+    for summary in runs:
+        assert summary["run_status"] == "SUCCESS"
+        nodes = node_runs(hamilton_ui.run(summary["id"]))
+        assert sorted(nodes) == ["connection", "fetch", "report"]
+        assert {node["status"] for node in nodes.values()} == {"SUCCESS"}
+
+
 def test_example_records_its_run_in_the_ui(hamilton_ui: HamiltonUI) -> None:
     """``examples/adapters.py --ui URL`` creates a project, runs with a progress bar and the
     tracker, and the run is in the UI."""

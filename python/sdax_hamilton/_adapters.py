@@ -140,6 +140,12 @@ def check_adapters(adapters: object) -> tuple[object, ...]:
                 "(it implements no hamilton.lifecycle hook, method or validator)"
             )
         name = _class_name(adapter)
+        if name == "hamilton.caching.adapter.HamiltonCacheAdapter":
+            raise ValueError(
+                f"Adapter {name} is refused as an adapter: its node execution is Hamilton's "
+                "synchronous one; pass it as Driver(..., cache=adapter), which uses its "
+                "stores and behaviours in async runs (docs/caching.md)"
+            )
         if isinstance(adapter, GraphAdapter):
             raise ValueError(
                 f"Adapter {name} is refused: it is a legacy Hamilton GraphAdapter, which "
@@ -317,6 +323,13 @@ class _NodeCall:
             return adapters._finish(run_id, self, kwargs, attempt, result)
         adapters._after_sync(run_id, self, kwargs, attempt, True, None, result)
         return result
+
+    def replay(self, value: Any, kwargs: dict[str, Any]) -> Any:
+        """A cache hit (docs/caching.md): the node hooks run around a call that returns the
+        stored ``value`` without calling the function, as Hamilton's own driver runs its
+        hooks around a cached node; returns ``value``, or an awaitable of it."""
+        hit = _NodeCall(self._adapters, self._node, lambda **_: value)
+        return hit(**kwargs)
 
 
 class Adapters:

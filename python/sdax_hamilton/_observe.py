@@ -45,6 +45,7 @@ EventKind: TypeAlias = Literal[
     "retry_skipped",
     "deadline_expired",
     "input_rejected",
+    "cache_hit",
     "shutdown_started",
     "release_started",
     "release_succeeded",
@@ -94,6 +95,9 @@ class RunEvent:
       than ``CancelledError`` it raised meanwhile, else ``None``.
     * ``input_rejected``: the node's inputs failed their type check before its first
       attempt (``error`` is the ``TypeError``); nothing was called, ``attempt`` is ``0``.
+    * ``cache_hit``: the node took its value from the cache (``Driver(..., cache=)``,
+      docs/caching.md), or from a concurrent run computing the same key; its function
+      was not called, ``attempt`` is ``0``.
     * ``release_started`` / ``release_succeeded`` / ``release_failed`` /
       ``release_timed_out`` / ``release_retry_scheduled``: the same for the release of
       the resource owned by ``node``.
@@ -218,6 +222,8 @@ class NodeReport:
     """A retry was not taken because its wait would not have ended before the deadline."""
     expired: bool = False
     """The run's deadline passed before the node's next attempt could start."""
+    cached: bool = False
+    """The node's value came from the cache (a ``cache_hit``): no attempt was made."""
 
     @property
     def total(self) -> float | None:
@@ -239,6 +245,7 @@ class _Track:
     __slots__ = (
         "attempt_start",
         "attempts",
+        "cached",
         "clipped",
         "expired",
         "finished",
@@ -262,6 +269,7 @@ class _Track:
         self.clipped = 0
         self.retry_skipped = False
         self.expired = False
+        self.cached = False
 
     def start(self, time: float) -> None:
         self.attempts += 1
@@ -293,6 +301,7 @@ class _Track:
             clipped=self.clipped,
             retry_skipped=self.retry_skipped,
             expired=self.expired,
+            cached=self.cached,
         )
 
 
@@ -429,6 +438,10 @@ class RunReport:
         elif kind == "deadline_expired":
             track.expired = True
             track.end(time, "failed", event.error)
+        elif kind == "cache_hit":
+            track.cached = True
+            track.started = time
+            track.end(time, "succeeded", None)
 
     # ----------------------------------------------------------------- reading
 
@@ -529,15 +542,7 @@ class RunReport:
         for kind, table in (("node", self.nodes), ("release", self.releases)):
             for name, item in table.items():
                 attempts = str(item.attempts)
-                remarks = []
-                if item.timeouts:
-                    remarks.append(f"{item.timeouts} timed out")
-                if item.clipped:
-                    remarks.append(f"{item.clipped} clipped")
-                if item.retry_skipped:
-                    remarks.append("no time to retry")
-                if item.expired:
-                    remarks.append("run timed out")
+                remarks = _remarks(item)
                 if remarks:
                     attempts += f" ({', '.join(remarks)})"
                 start = (
@@ -600,6 +605,22 @@ class RunReport:
         return (
             f"<RunReport {self.outcome}: nodes={len(self._nodes)} releases={len(self._releases)}>"
         )
+
+
+def _remarks(item: NodeReport) -> list[str]:
+    """What ``RunReport.format`` says after a step's attempt count."""
+    remarks = []
+    if item.timeouts:
+        remarks.append(f"{item.timeouts} timed out")
+    if item.clipped:
+        remarks.append(f"{item.clipped} clipped")
+    if item.retry_skipped:
+        remarks.append("no time to retry")
+    if item.expired:
+        remarks.append("run timed out")
+    if item.cached:
+        remarks.append("from cache")
+    return remarks
 
 
 def _duration(seconds: float) -> str:

@@ -38,6 +38,7 @@ from ._types import accepts, checker, compatible, describe, mismatch, split_chec
 
 if TYPE_CHECKING:
     from ._adapters import Adapters
+    from ._hamilton.caching import Cache
 
 Check = Callable[[Any], bool]
 
@@ -523,6 +524,7 @@ def build_plan(
     graph: _core.Graph | None = None,
     seed: int | None = None,
     adapters: Adapters | None = None,
+    cache: Cache | None = None,
 ) -> PreparedPlan:
     """Validate a selection and compile it into a ``PreparedPlan`` (docs/api.md,
     "prepare")."""
@@ -568,7 +570,7 @@ def build_plan(
         input_names=input_names,
         defaulted=defaulted,
         config_table=config_table,
-        jobs=JobTable(program.runtimes, carrier_of(program.runtimes)),
+        jobs=_jobs(program.runtimes, program.specs, cache),
         inputs=None
         if overridden
         else _core.InputTable(
@@ -816,6 +818,23 @@ def _check_edge(producer: NodeSpec, consumer: NodeSpec, inp: InputSpec, required
             f"annotation of {producer.name!r} or the annotation of {consumer.name}'s "
             f"parameter {inp.name!r} so that it accepts what {producer.name!r} returns"
         )
+
+
+def _jobs(
+    runtimes: tuple[NodeRuntime, ...], specs: tuple[NodeSpec, ...], cache: Cache | None
+) -> JobTable:
+    """The plan's job table; with a cache, its nodes' caching (docs/caching.md), and no
+    carrier: a looked-up node's first attempt begins with the lookup, in the driver."""
+    nodes = None if cache is None else [cache.nodes.get(spec.name) for spec in specs]
+    if nodes is None or not any(node is not None and node.mode for node in nodes):
+        return JobTable(runtimes, carrier_of(runtimes))
+    from ._adapters import _NodeCall
+    from ._executor.cache import PlanCache
+
+    assert cache is not None
+    # Lifecycle adapters' node hooks run around a hit too (``_NodeCall.replay``).
+    replays = [rt.call.replay if isinstance(rt.call, _NodeCall) else None for rt in runtimes]
+    return JobTable(runtimes, None, PlanCache(cache, nodes, replays))
 
 
 def _runtime(

@@ -58,6 +58,9 @@ class EventKind(enum.IntEnum):
     """``(_, None, None)``: an observer raised ``KeyboardInterrupt``/``SystemExit``: stop."""
     EXPIRED = 6
     """``(_, Job, attempt number)``: the run's deadline passed before it could start."""
+    STORED = 7
+    """``(_, Attempt, None)``: the cache's store of the attempt's value is over
+    (``cache.py``): the node is done."""
 
 
 Event = tuple[EventKind, Any, Any]

@@ -77,6 +77,7 @@ class Calls:
         "_two_clocks",
         "_values",
         "_watch",
+        "cache",
         "inline_attempt",
         "kwargs",
         "table",
@@ -117,6 +118,8 @@ class Calls:
         self.inline_attempt: Attempt | None = None
         self._inline_timer: asyncio.TimerHandle | None = None
         self._two_clocks: bool | None = None  # see ``_clocks_differ``
+        # The run's lookups and stores (``cache.py``), when the plan caches nodes.
+        self.cache = None if jobs.cache is None else jobs.cache.run(self)
 
     def report(self) -> Reporter:
         """The run's reporter: the run's own (``reporter``, when it has observers), else
@@ -191,10 +194,18 @@ class Calls:
         attempt.next = running[job.id]
         running[job.id] = attempt
         if job.forward:
-            # Arguments are read and checked once; retries reuse them.
+            # Arguments are read and checked once (before a lookup, if any); retries reuse them.
             kwargs = self.kwargs[job.id] if attempt_number else self._first_kwargs(attempt)
             if kwargs is None:
                 return  # bad input, reported
+            cache = self.cache
+            if cache is not None and not attempt_number and cache.looks_up(job.id):
+                # Not a call: the lookup's own attempt, without the call's timeout; a
+                # miss starts the call (``start_after_miss``).
+                attempt.timeout = None
+                attempt.aw = cache.lookup(attempt, kwargs, timeout)
+                table.fresh.append(attempt)
+                return
             if self._watch:
                 self.report().attempt_started(
                     job.id, attempt_number + 1, self.was_clipped(job, attempt_number)
@@ -226,6 +237,11 @@ class Calls:
             table.fresh.append(attempt)
         else:
             table.post((_RETURNED, attempt, result))
+
+    def start_after_miss(self, job: Job, timeout: float | None) -> None:
+        """The lookup before ``job``'s first attempt missed (``cache.py``): call it now,
+        with the arguments the lookup was given."""
+        self._start(job, 0, timeout)
 
     def _returned_unreadable(self, attempt: Attempt, result: Any, exc: BaseException) -> None:
         """Asking whether ``result`` is awaitable raised ``exc``: the attempt failed with it;
@@ -271,6 +287,9 @@ class Calls:
         reading for both paths: ``Carrier.arguments``, src/carry.rs); ``None`` after posting
         the bad input. An owner gets its acquisition record here, once."""
         job = attempt.job
+        kwargs = self.kwargs[job.id]
+        if kwargs is not None:  # read before a lookup that missed (``start_after_miss``)
+            return kwargs
         try:
             kwargs = self._arguments(job.id, self._values)
         except BaseException as exc:  # a KeyboardInterrupt from a check stops the run
@@ -285,6 +304,8 @@ class Calls:
         """CANCEL: cancel each live attempt of ``job`` once, noting whether it reached it."""
         for attempt in self.table.live_of(job):
             self.cancel_attempt(attempt)
+        if self.cache is not None:
+            self.cache.cancel(job)  # a store in progress: the job drains when it is over
 
     def cancel_attempt(self, attempt: Attempt) -> None:
         if attempt.state >= _CANCELLED:

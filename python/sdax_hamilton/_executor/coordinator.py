@@ -156,8 +156,11 @@ async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, thro
 def _phase_task_ends(ctx: PhaseOwner, carrying: bool) -> None:
     """The phase's task ends: its inline timer goes, and no inline attempt is left to use
     the task."""
-    if ctx._calls is not None:
-        ctx._calls.stop_inline_timer()
+    calls = ctx._calls
+    if calls is not None:
+        calls.stop_inline_timer()
+        if calls.cache is not None:
+            calls.cache.close()  # keys it led but did not produce: waiters go on
     if carrying:
         ctx._run.carry_with(None)  # the Run refers to this task no more
 

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from .. import _core
 from .runtime import NodeRuntime, ReleaseRuntime, carrier_of
+
+if TYPE_CHECKING:
+    from .cache import PlanCache
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -58,8 +61,15 @@ class JobTable(tuple[Job, ...]):
     """How every job of the plan is called: the carrier's reading of a node's arguments
     serves the driver's own STARTs too (``Carrier.arguments``), so both paths pass the same
     arguments (tests/test_driver_carrier.py). ``carrier`` itself when there is one."""
+    cache: PlanCache | None
+    """The plan's caching (``Driver(..., cache=)``, ``cache.py``); ``None``: none."""
 
-    def __new__(cls, nodes: Sequence[NodeRuntime], carrier: _core.Carrier | None = None) -> Self:
+    def __new__(
+        cls,
+        nodes: Sequence[NodeRuntime],
+        carrier: _core.Carrier | None = None,
+        cache: PlanCache | None = None,
+    ) -> Self:
         nodes = tuple(nodes)
         n = len(nodes)
         forward = [
@@ -86,6 +96,7 @@ class JobTable(tuple[Job, ...]):
         table.nodes = nodes
         table.forward_count = n
         table.carrier = carrier
+        table.cache = cache
         table.calling = carrier if carrier is not None else carrier_of(nodes)
         return table
 

@@ -18,6 +18,7 @@ from .._declarations import Acquisition
 from .._failures import add_note_once, attach_failures
 from .._types import invalid_output
 from .attempts import Attempt, AttemptState, Event, EventKind
+from .cache import MISSED, CacheRun
 from .calls import Calls
 from .jobs import Job
 from .record import FailureRecord
@@ -41,6 +42,7 @@ _ELAPSED: Final = EventKind.ELAPSED
 _UNSTARTED: Final = EventKind.UNSTARTED
 _BAD_INPUT: Final = EventKind.BAD_INPUT
 _EXPIRED: Final = EventKind.EXPIRED
+_STORED: Final = EventKind.STORED
 _ABORT: Final = EventKind.ABORT
 _FAILED: Final = Verdict.FAILED
 _HINT: Final = _core.HINT
@@ -53,6 +55,7 @@ class Outcomes:
 
     __slots__ = (
         "_acquisitions",
+        "_cache",
         "_calls",
         "_execute",
         "_loop",
@@ -78,6 +81,7 @@ class Outcomes:
         record: FailureRecord,
     ) -> None:
         self._calls = calls
+        self._cache = calls.cache  # the run's lookups and stores (``cache.py``), if any
         self._execute = calls.execute
         self._table = calls.table
         self._run = run
@@ -115,6 +119,8 @@ class Outcomes:
             self._bad_input(subject, payload)
         elif kind is _EXPIRED:
             self._expired(subject, payload)
+        elif kind is _STORED:
+            self._stored(subject)
         else:  # ABORT: an observer raised KeyboardInterrupt/SystemExit (already primary)
             self._execute(self._run.cancel())
 
@@ -136,15 +142,18 @@ class Outcomes:
                 self._report().attempt_cancelled(job.id, attempt.number + 1)
                 self._execute(run.drained(job.id))
                 return
+            cache = self._cache
+            if cache is not None and self._looked_up(cache, attempt, value):
+                return
             if self._watch:
                 self._report().attempt_returned(job.id, attempt.number + 1, attempt.timed_out)
             check = node.output_check
             if check is not None and not self._output_ok(attempt, check, value):
                 return
             self._values[node.name] = value
-            if self._watch:
-                self._report().attempt_succeeded(job.id, attempt.number + 1)
-            self._execute(run.succeeded(job.id))
+            if cache is not None and cache.store(attempt, value):
+                return  # done when the store is over (``_STORED``)
+            self._succeeded(attempt)
             return
         if attempt.state >= _CANCELLED:  # pragma: no cover - the core never cancels releases
             self._execute(run.drained(job.id))
@@ -155,6 +164,40 @@ class Outcomes:
         if self._watch:
             self._report().attempt_succeeded(job.id, attempt.number + 1)
         self._execute(run.succeeded(job.id))
+
+    def _looked_up(self, cache: CacheRun, attempt: Attempt, value: Any) -> bool:
+        """If ``attempt`` was a lookup (``cache.py``), carry out how it ended: a miss
+        calls the node; a hit's value is checked and is the node's (no attempt)."""
+        job = attempt.job
+        if value is MISSED:
+            self._calls.start_after_miss(job, cache.call_timeout(job.id))
+            return True
+        if not cache.hit(attempt):
+            return False  # the value of a call
+        node = job.node
+        check = node.output_check
+        if check is not None and not self._output_ok(attempt, check, value):
+            return True
+        self._values[node.name] = value
+        self._report().cache_hit(job.id)
+        self._execute(self._run.succeeded(job.id))
+        return True
+
+    def _stored(self, attempt: Attempt) -> None:
+        """The cache's store of the attempt's value is over: the node is done, or drained
+        if the core cancelled it meanwhile (the entry is whole either way)."""
+        cache = self._cache
+        if cache is not None and cache.store_cancelled(attempt.id):
+            self._report().attempt_cancelled(attempt.id, attempt.number + 1)
+            self._execute(self._run.drained(attempt.id))
+            return
+        self._succeeded(attempt)
+
+    def _succeeded(self, attempt: Attempt) -> None:
+        """A forward attempt's value passed its check (and was stored, if cached)."""
+        if self._watch:
+            self._report().attempt_succeeded(attempt.id, attempt.number + 1)
+        self._execute(self._run.succeeded(attempt.id))
 
     def _output_ok(self, attempt: Attempt, check: Any, value: Any) -> bool:
         """Check a returned value against the node's output check; a mismatch (or a

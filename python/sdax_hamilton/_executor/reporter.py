@@ -300,6 +300,13 @@ class Reporter:
         if self._observers is not None:
             self._emit("retry_cancelled", self._name(job), attempts)
 
+    def cache_hit(self, job: int) -> None:
+        """``job`` took its value from the cache (``Driver(..., cache=)``): no attempt."""
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("%s: cache hit", self._subject(job), extra=self._extra(job))
+        if self._observers is not None:
+            self._emit("cache_hit", self._name(job), 0)
+
     def input_rejected(self, job: int, error: BaseException) -> None:
         """The input check of ``job`` failed before its first attempt: nothing was called."""
         if self._observers is not None:

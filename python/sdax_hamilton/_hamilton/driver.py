@@ -16,6 +16,7 @@ from .version import check_hamilton_version
 if TYPE_CHECKING:
     from .. import _core
     from .._plan import PreparedPlan
+    from .caching import Cache
 
 
 def _config(config: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -57,6 +58,10 @@ class Driver:
     ``adapters``: Hamilton lifecycle adapters (progress bars, tracers, the Hamilton UI's
     tracker); their hooks run around every run and every attempt of its plans, and those
     that would replace execution or the result are refused (docs/adapters.md).
+
+    ``cache``: ``True`` (Hamilton's default directory), a directory path, or Hamilton's
+    ``HamiltonCacheAdapter``: node values are kept across runs in Hamilton's own cache
+    format, shared with Hamilton's ``Builder().with_cache()`` (docs/caching.md).
     """
 
     _nodes: dict[str, NodeSpec]
@@ -67,6 +72,7 @@ class Driver:
         *modules: ModuleType,
         config: Mapping[str, Any] | None = None,
         adapters: Sequence[object] | None = None,
+        cache: object = None,
     ) -> None:
         values = _config(config)
         check_hamilton_version()
@@ -76,8 +82,15 @@ class Driver:
         hamilton_nodes: dict[str, Any] | None = None
         if accepted:
             pre_do_anything(accepted)
+        if accepted or cache is not None:
             hamilton_nodes = {}
         self._nodes = translate(unique, values, hamilton_nodes)
+        self._cache: Cache | None = None
+        if cache is not None:
+            from .caching import build_cache
+
+            assert hamilton_nodes is not None
+            self._cache = build_cache(cache, hamilton_nodes, self._nodes)
         self._config = MappingProxyType(values)
         from .._plan import compile_graph
 
@@ -111,4 +124,5 @@ class Driver:
             check_outputs=check_outputs,
             graph=self._graph,
             adapters=self._adapters,
+            cache=self._cache,
         )
