@@ -606,3 +606,19 @@ def test_bulkhead_waits_are_hatched_spans_and_rejections_are_marks() -> None:
     (wait,) = classes(root, "bulkhead-wait")
     assert wait.get("fill", "").startswith("url(#") and "wait" in wait.get("class", "")
     assert len(classes(root, "mark")) == 2
+
+
+def test_a_cache_hit_is_a_mark_without_an_attempt() -> None:
+    report = feed(
+        RunReport(),
+        ("run_started", "", 0, 0.0, {"nodes": ("rates",)}),
+        ("cache_hit", "rates", 0, 0.001),
+        ("shutdown_started", "", 0, 0.002),
+        ("run_finished", "", 0, 0.002),
+    )
+    events = check_trace_format(report.to_chrome_trace())
+    rates = tracks(events)["rates"]
+    assert slices(events, rates) == []
+    assert [(e["name"], e["tid"]) for e in events if e["ph"] == "i"] == [("cache hit", rates)]
+    root = parse(report.to_svg())
+    assert classes(root, "attempt") == [] and len(classes(root, "mark")) == 1
