@@ -64,6 +64,9 @@ struct NodeCall {
     /// it is called with them positionally (no keyword dictionary to build and unpack);
     /// the index into `args` of each check's keyword.
     positional: Option<Vec<usize>>,
+    /// Its calls are admitted by a bulkhead or a circuit breaker first, which the driver
+    /// does (python/sdax_hamilton/_executor/guards.py): its STARTs stay commands.
+    declined: bool,
 }
 
 type CheckSpec = (Py<PyString>, Py<PyAny>, bool);
@@ -80,6 +83,7 @@ pub(crate) struct CarriedNode {
     output_type: Py<PyAny>,
     owned: bool,
     positional: bool,
+    declined: bool,
 }
 
 #[pymethods]
@@ -88,9 +92,10 @@ impl CarriedNode {
     /// ``defaults``: keyword defaults or ``None``; ``checks``: ``(keyword, check,
     /// is_class)``; ``output_check``: ``(check, is_class)`` or ``None``; ``owned``: it
     /// owns an acquisition; ``positional``: ``args`` are the function's first parameters,
-    /// in order (``_takes_positionally``).
+    /// in order (``_takes_positionally``); ``declined``: the driver carries out its
+    /// STARTs (a bulkhead or a breaker admits each attempt first).
     #[new]
-    #[pyo3(signature = (*, call, name, args, defaults, checks, output_check, output_type, owned, positional))]
+    #[pyo3(signature = (*, call, name, args, defaults, checks, output_check, output_type, owned, positional, declined=false))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
         call: Py<PyAny>,
@@ -102,6 +107,7 @@ impl CarriedNode {
         output_type: Py<PyAny>,
         owned: bool,
         positional: bool,
+        declined: bool,
     ) -> PyResult<Self> {
         let args = items(args, "CarriedNode: args")?;
         let checks = items(checks, "CarriedNode: checks")?;
@@ -115,6 +121,7 @@ impl CarriedNode {
             output_type,
             owned,
             positional,
+            declined,
         })
     }
 
@@ -460,6 +467,7 @@ impl NodeCall {
             output_type: spec.output_type.clone_ref(py),
             owned: spec.owned,
             positional,
+            declined: spec.declined,
         })
     }
 
@@ -611,6 +619,9 @@ impl PyCarrier {
         let Some(node) = self.nodes.get(job) else {
             return Ok(Carried::Declined);
         };
+        if node.declined {
+            return Ok(Carried::Declined);
+        }
         let call = node.call.bind(py);
         // What a check raised (it is not a failed check) ends the attempt before the call.
         let rejected = |e: PyErr| Carried::HandBack(Back::plain(REJECTED, exception(e, py), None));

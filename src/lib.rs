@@ -48,6 +48,8 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("EXPIRE", sdax_core::Op::Expire as u8)?;
     m.add("START_CLIPPED", sdax_core::Op::StartClipped as u8)?;
     m.add("BAD_HINT", sdax_core::Op::BadHint as u8)?;
+    m.add("NO_BUDGET", sdax_core::Op::NoBudget as u8)?;
+    m.add("FALLBACK", sdax_core::Op::Fallback as u8)?;
     m.add("CARRIED", carry::CARRIED)?;
     m.add("CARRIED_RAISED", carry::RAISED)?;
     m.add("CARRIED_RETURNED", carry::RETURNED)?;

@@ -12,6 +12,7 @@ use sdax_core::{Command, Failure, Hint, Op, Run};
 use crate::carry::{Carried, Carrying, HandBack, PyCarrier, CARRIED};
 use crate::graph::PyPlan;
 use crate::policy::{number_repr, read_number, type_name};
+use crate::shared::{BudgetGate, PyRetryBudget};
 
 fn run_err(e: sdax_core::RunError) -> PyErr {
     PyRuntimeError::new_err(e.to_string())
@@ -161,11 +162,13 @@ impl PyRun {
 #[pymethods]
 impl PyRun {
     #[new]
-    #[pyo3(signature = (plan, seed=None, *, instant_retries=false))]
+    #[pyo3(signature = (plan, seed=None, *, instant_retries=false, retry_budget=None, fallbacks=None))]
     fn py_new(
         plan: &Bound<'_, PyPlan>,
         seed: Option<&Bound<'_, PyAny>>,
         instant_retries: bool,
+        retry_budget: Option<Py<PyRetryBudget>>,
+        fallbacks: Option<Vec<usize>>,
     ) -> PyResult<Self> {
         let seed = match seed {
             None => None,
@@ -191,9 +194,18 @@ impl PyRun {
                 }
             }
         };
+        let mut core =
+            Run::new(Arc::clone(&plan.get().core), seed).with_instant_retries(instant_retries);
+        if let Some(budget) = retry_budget {
+            let py = plan.py();
+            let clock = py.import("time")?.getattr("monotonic")?.unbind();
+            core = core.with_retry_gate(Box::new(BudgetGate::new(budget, clock)));
+        }
+        if let Some(jobs) = fallbacks {
+            core = core.with_fallbacks(&jobs);
+        }
         Ok(PyRun {
-            core: Run::new(Arc::clone(&plan.get().core), seed)
-                .with_instant_retries(instant_retries),
+            core,
             out: Vec::with_capacity(8),
             carrying: None,
         })

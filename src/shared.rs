@@ -385,12 +385,12 @@ impl PyRetryBudget {
     }
 
     /// A first attempt started at `now`.
-    fn deposit(&self, now: f64) {
+    pub(crate) fn deposit(&self, now: f64) {
         locked(&self.inner).deposit(now);
     }
 
     /// A retry wants to start at `now`: `True` (and counted) if the budget allows it.
-    fn try_take(&self, now: f64) -> bool {
+    pub(crate) fn try_take(&self, now: f64) -> bool {
         locked(&self.inner).try_take(now)
     }
 
@@ -412,5 +412,45 @@ impl PyRetryBudget {
             g.min_per_second(),
             g.window()
         )
+    }
+}
+
+/// A run's [`sdax_core::RetryGate`] over a shared `RetryBudget`: the core decides when a
+/// first attempt deposits and when a retry asks; this reads the clock the budget is kept
+/// on (`time.monotonic`, the one `RetryBudget.available` reads) and hands it in.
+pub(crate) struct BudgetGate {
+    budget: Py<PyRetryBudget>,
+    clock: Py<PyAny>,
+}
+
+impl BudgetGate {
+    pub(crate) fn new(budget: Py<PyRetryBudget>, clock: Py<PyAny>) -> Self {
+        BudgetGate { budget, clock }
+    }
+
+    fn now(&self) -> Option<f64> {
+        Python::attach(|py| {
+            self.clock
+                .bind(py)
+                .call0()
+                .and_then(|t| t.extract::<f64>())
+                .ok()
+        })
+    }
+}
+
+impl sdax_core::RetryGate for BudgetGate {
+    fn first_attempt(&mut self) {
+        if let Some(now) = self.now() {
+            self.budget.get().deposit(now);
+        }
+    }
+
+    fn allow_retry(&mut self) -> bool {
+        // A clock that cannot be read allows no retry: the budget is never exceeded.
+        match self.now() {
+            Some(now) => self.budget.get().try_take(now),
+            None => false,
+        }
     }
 }

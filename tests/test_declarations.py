@@ -57,9 +57,12 @@ def test_signatures_are_keyword_only_with_documented_defaults() -> None:
         "max_delay": None,
         "retry_after": None,
     }
-    for factory, extra in ((execution, []), (shutdown, ["of"])):
+    guards = ["bulkhead", "breaker", "fallback"]  # execution only (docs/resilience.md)
+    for factory, extra, more in ((execution, [], guards), (shutdown, ["of"], [])):
         params = inspect.signature(factory).parameters
-        assert list(params) == [*extra, *expected]
+        assert list(params) == [*extra, *expected, *more]
+        for name in more:
+            assert params[name].default is None
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
         for name, default in expected.items():
             assert params[name].default == default

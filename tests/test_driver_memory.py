@@ -111,6 +111,39 @@ async def close_slowly(acquired: Acquisition[Conn]) -> None:
 
 def uses_slow_release(slow_release_owner: Conn) -> int:
     return 1
+
+
+from sdax_hamilton import Bulkhead, CircuitBreaker
+
+GUARD = Bulkhead(1, max_waiting=5)
+BREAKER = CircuitBreaker(min_calls=1000)
+
+
+@execution(bulkhead=GUARD, breaker=BREAKER, retries=1, initial_delay=0.0)
+async def guarded(conn: Conn) -> int:
+    await asyncio.sleep(0.001)
+    raise ConnectionError("guarded failed")
+
+
+@execution(bulkhead=GUARD, breaker=BREAKER)
+async def queued(conn: Conn) -> int:
+    await asyncio.sleep(0)
+    return 1
+
+
+async def no_value(exc: BaseException) -> int:
+    await asyncio.sleep(0)
+    return 0
+
+
+@execution(fallback=no_value)
+async def falls_back(conn: Conn) -> int:
+    await asyncio.sleep(0)
+    raise LookupError("falls back")
+
+
+def after_fallback(falls_back: int, fetch: int) -> int:
+    return falls_back
 """
 
 Scenario = Callable[[Any], Awaitable[None]]
@@ -170,6 +203,12 @@ SCENARIOS: dict[str, Callable[[Driver], Scenario]] = {
         lambda _: _execute(d.prepare(["left", "right", "uses_bad"]), observer=RunReport())
     ),
     "open-node-failure": lambda d: lambda _: _open(d.prepare(["fetch"])),
+    # A waiter leaves the queue when the holder's node fails; a fallback's value is used
+    # before another node fails (docs/resilience.md).
+    "execute-guarded-failure": lambda d: lambda _: _execute(d.prepare(["guarded", "queued"])),
+    "execute-fallback-then-failure": lambda d: (
+        lambda _: _execute(d.prepare(["after_fallback"]), observer=RunReport())
+    ),
     "open-body-failure": lambda d: lambda _: _open(d.prepare(["conn"]), body_raises=True),
     "open-release-failure": lambda d: lambda _: _open(d.prepare(["uses_bad"])),
     "execute-caller-cancelled-inline": lambda d: (

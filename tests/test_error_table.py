@@ -118,6 +118,8 @@ trigger("policy-type")(lambda: E(timeout="5"))
 trigger("retryable-termination")(lambda: E(retryable_exceptions=(KeyboardInterrupt,)))
 trigger("target-type")(lambda: E(target_=5))
 trigger("shutdown-of")(lambda: S(of=5))
+trigger("shared-object-type")(lambda: E(bulkhead=ANY or 2))
+trigger("shared-object-value")(lambda: sdax_hamilton.Bulkhead(0))
 
 
 @trigger("conflicting-declaration")
@@ -284,6 +286,24 @@ trigger("unsupported-decorator")(
     )
 )
 trigger("adapter-refused")(lambda: Driver(_module(UNTIL), adapters=[object()]))
+trigger("retry-budget-type")(lambda: Driver(_module(UNTIL), retry_budget=ANY or 0.2))
+trigger("fallback-resource")(
+    lambda: Driver(
+        _module(
+            """
+            from sdax_hamilton import Acquisition, execution, shutdown
+
+            @execution(fallback=lambda exc: 0)
+            def connection() -> int:
+                return 1
+
+            @shutdown(of=connection)
+            def close(acquired: Acquisition[int]) -> None:
+                pass
+            """
+        )
+    )
+)
 
 
 def _cache_dir() -> str:
@@ -435,6 +455,35 @@ def _failing(rows: str = "return []", close: str = "pass") -> object:
 trigger("node-failed")(lambda: _failing(rows="raise ConnectionError('reset by peer')"))
 trigger("invalid-output")(lambda: _failing(rows="return ['one']"))
 trigger("release-failed")(lambda: _failing(close="raise OSError('already closed')"))
+
+GUARDED = FAILING.replace(
+    "async def rows(",
+    "from sdax_hamilton import Bulkhead, CircuitBreaker, execution\n"
+    "BULKHEAD = Bulkhead(1)\n"
+    "BREAKER = CircuitBreaker(min_calls=1, failure_ratio=1.0, break_for=60.0)\n"
+    "@execution(bulkhead=BULKHEAD, breaker=BREAKER)\n"
+    "async def rows(",
+)
+
+
+@trigger("bulkhead-full")
+def _() -> object:
+    module = _module(GUARDED.format(rows="return []", close="pass"))
+    plan = Driver(module).prepare(["rows"])
+    assert module.BULKHEAD._core.try_acquire() == "granted"  # another caller holds it
+    try:
+        return _run(plan.execute(inputs={"dsn": "db", "limit": 1}))
+    finally:
+        module.BULKHEAD._core.release()
+
+
+@trigger("circuit-open")
+def _() -> object:
+    module = _module(GUARDED.format(rows="raise ConnectionError('down')", close="pass"))
+    plan = Driver(module).prepare(["rows"])
+    with pytest.raises(sdax_hamilton.ExecutionError):
+        _run(plan.execute(inputs={"dsn": "db", "limit": 1}))  # opens the breaker
+    return _run(plan.execute(inputs={"dsn": "db", "limit": 1}))
 
 
 # ---- the tests ------------------------------------------------------------------------

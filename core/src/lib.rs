@@ -18,4 +18,4 @@ pub mod shared;
 
 pub use graph::{Graph, GraphError, NodeDef, Plan};
 pub use policy::{Number, Policy, PolicyError};
-pub use run::{Command, Failure, Hint, JobState, Op, Run, RunError};
+pub use run::{Command, Failure, Hint, JobState, Op, RetryGate, Run, RunError};

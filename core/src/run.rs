@@ -52,6 +52,33 @@ pub enum Op {
     /// The `retry_after` hint reported for attempt `attempt` was unusable: its failure is
     /// final.
     BadHint = 8,
+    /// Attempt `attempt`'s failure is final because the retry budget refused its retry
+    /// ([`RetryGate`]).
+    NoBudget = 9,
+    /// Attempt `attempt`'s failure is final and the job has a fallback the run is not
+    /// stopping for: call it once now. The job stays running: report [`Run::succeeded`]
+    /// with its value, or [`Run::failed`] (its failure is then final), or, cancelled,
+    /// [`Run::drained`].
+    Fallback = 10,
+}
+
+/// What a run asks before a forward retry and tells of each forward first attempt: the
+/// retry budget shared across runs (docs/contract.md#retry-budget). The core decides when
+/// to ask; the gate holds the shared state and the clock.
+pub trait RetryGate: Send + Sync {
+    /// A forward job's first attempt starts.
+    fn first_attempt(&mut self);
+    /// A forward retry would be scheduled: `false` refuses it (the failure is final).
+    fn allow_retry(&mut self) -> bool;
+}
+
+/// A [`RetryGate`] held by a run.
+struct Gate(Box<dyn RetryGate>);
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RetryGate")
+    }
 }
 
 /// One instruction for the driver.
@@ -231,6 +258,10 @@ pub struct Run {
     now: f64,
     /// Test mode: every retry wait is 0 seconds (the attempts are unchanged).
     instant_retries: bool,
+    /// The retry budget's gate, if the run draws on one.
+    gate: Option<Gate>,
+    /// Per forward job: it has a fallback not called yet (empty: none has one).
+    fallbacks: Vec<bool>,
 }
 
 enum Target {
@@ -263,7 +294,29 @@ impl Run {
             deadline: None,
             now: 0.0,
             instant_retries: false,
+            gate: None,
+            fallbacks: Vec::new(),
         }
+    }
+
+    /// Draw on a retry budget: `gate` hears of every forward first attempt and is asked
+    /// before every forward retry (never a release's).
+    pub fn with_retry_gate(mut self, gate: Box<dyn RetryGate>) -> Self {
+        self.gate = Some(Gate(gate));
+        self
+    }
+
+    /// The forward jobs (indexes) that have a fallback: a final failure of one while the
+    /// run is not aborted emits [`Op::Fallback`] instead of failing it (once per job).
+    pub fn with_fallbacks(mut self, jobs: &[usize]) -> Self {
+        let mut fallbacks = vec![false; self.jobs.len()];
+        for &j in jobs {
+            if let Some(slot) = fallbacks.get_mut(j) {
+                *slot = true;
+            }
+        }
+        self.fallbacks = fallbacks;
+        self
     }
 
     /// Give the forward phase a deadline `at`, on the clock of [`Run::clock`]; `None` or a
@@ -458,6 +511,11 @@ impl Run {
         let attempt = j.attempts;
         // saturating: u32::MAX retries can never all run, but never overflow either
         j.attempts = j.attempts.saturating_add(1);
+        if attempt == 0 {
+            if let Some(gate) = self.gate.as_mut() {
+                gate.0.first_attempt();
+            }
+        }
         out.push(Command {
             op,
             job: job as u32,
@@ -493,6 +551,18 @@ impl Run {
                 return Failure::Final;
             }
         }
+        if let Some(gate) = self.gate.as_mut() {
+            if !gate.0.allow_retry() {
+                out.push(Command {
+                    op: Op::NoBudget,
+                    job: i as u32,
+                    attempt,
+                    arg: None,
+                });
+                self.fail_for_good(i, out);
+                return Failure::Final;
+            }
+        }
         self.jobs[i].state = JobState::Sleeping;
         out.push(Command {
             op: Op::Sleep,
@@ -514,6 +584,17 @@ impl Run {
     }
 
     fn fail_for_good(&mut self, i: usize, out: &mut Vec<Command>) {
+        if !self.aborted && self.fallbacks.get(i).copied().unwrap_or(false) {
+            self.fallbacks[i] = false; // called once
+            self.jobs[i].state = JobState::Running;
+            out.push(Command {
+                op: Op::Fallback,
+                job: i as u32,
+                attempt: self.jobs[i].attempts.saturating_sub(1),
+                arg: None,
+            });
+            return;
+        }
         self.jobs[i].state = JobState::Failed;
         self.pending -= 1;
         if !self.aborted {

@@ -227,6 +227,7 @@ fn drive(case: &Case) {
                     );
                 }
                 Op::BadHint => {}
+                Op::NoBudget | Op::Fallback => unreachable!("no retry budget or fallback here"),
                 Op::Cancel => {
                     pending.remove(&c.job);
                     let mut out = Vec::new();

@@ -201,6 +201,7 @@ impl Exec {
                         attempt: c.attempt,
                     },
                 )),
+                Op::NoBudget | Op::Fallback => unreachable!("no retry budget or fallback here"),
             }
         }
     }

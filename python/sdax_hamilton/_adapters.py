@@ -324,6 +324,16 @@ class _NodeCall:
         adapters._after_sync(run_id, self, kwargs, attempt, True, None, result)
         return result
 
+    def rejected(self, kwargs: dict[str, Any], error: BaseException) -> Any:
+        """An attempt a bulkhead or a circuit breaker refused without calling the function
+        (docs/resilience.md): the node hooks see it as an attempt that failed with
+        ``error``. Raises ``error`` (or returns an awaitable that does, with async hooks)."""
+
+        def refuse(**_: Any) -> Any:
+            raise error
+
+        return _NodeCall(self._adapters, self._node, refuse)(**kwargs)
+
     def replay(self, value: Any, kwargs: dict[str, Any]) -> Any:
         """A cache hit (docs/caching.md): the node hooks run around a call that returns the
         stored ``value`` without calling the function, as Hamilton's own driver runs its

@@ -40,6 +40,12 @@ START_CLIPPED: Final[int]  # = 7: START whose timeout ``arg`` is the time left b
 #                            deadline (shorter than the job's own timeout, or it has none)
 BAD_HINT: Final[int]  # = 8: the hint for attempt ``attempt`` was unusable: its failure is
 #                       final. Report nothing.
+# Emitted only by a run given a ``retry_budget`` or ``fallbacks`` (docs/resilience.md):
+NO_BUDGET: Final[int]  # = 9: attempt ``attempt``'s failure is final: the retry budget
+#                        refused its retry. Report nothing.
+FALLBACK: Final[int]  # = 10: attempt ``attempt``'s failure is final and the job has a
+#                       fallback: call it once; the job stays running. Report ``succeeded``
+#                       with its value, ``failed`` (final), or ``drained`` once cancelled.
 
 # Emitted only while a carrier is attached (``Run.carry_with``; src/carry.rs):
 CARRIED: Final[int]  # = 0x80: the Run carried out the first attempt of ``job`` itself (a
@@ -103,11 +109,13 @@ class CarriedNode:
         output_type: Any,
         owned: bool,
         positional: bool,
+        declined: bool = False,
     ) -> CarriedNode:
         """``args``: ``(keyword, value-table key)`` pairs; ``checks``: ``(keyword, check,
         is_class)``; ``output_check``: ``(check, is_class)``; ``owned``: the node owns an
         acquisition; ``positional``: ``args`` are the function's first parameters, in
-        order."""
+        order; ``declined``: its STARTs are left to the driver (a bulkhead or a breaker
+        admits each attempt first)."""
     @property
     def name(self) -> str: ...
 
@@ -299,12 +307,22 @@ class Run:
     nothing; the core never panics across the boundary.
     """
 
-    def __new__(cls, plan: Plan, seed: int | None = None, *, instant_retries: bool = False) -> Run:
+    def __new__(
+        cls,
+        plan: Plan,
+        seed: int | None = None,
+        *,
+        instant_retries: bool = False,
+        retry_budget: RetryBudget | None = None,
+        fallbacks: list[int] | None = None,
+    ) -> Run:
         """``seed`` (any int, taken modulo 2**64) makes the jitter of this run
         reproducible for a given build of the extension; ``None`` seeds from the OS-seeded
         thread RNG the first time a delay is drawn. ``instant_retries`` (test mode) makes
         every retry wait, of nodes and of releases, 0 seconds; attempts and retry decisions
-        are unchanged."""
+        are unchanged. ``retry_budget``: every forward first attempt deposits in it (at
+        ``time.monotonic()``) and every forward retry takes from it or is refused
+        (NO_BUDGET). ``fallbacks``: the forward jobs with a fallback (FALLBACK)."""
     def start(self) -> list[Command]:
         """Begin the forward phase: START every node with no active dependency."""
     def succeeded(self, job: int) -> list[Command]:

@@ -16,6 +16,7 @@ from typing import Any, Final, Generic, TypeVar, cast, final
 from . import _messages
 from ._core import Policy
 from ._failures import RetryableException
+from ._resilience import Bulkhead, CircuitBreaker
 from ._types import checker, describe
 
 __all__ = [
@@ -35,6 +36,7 @@ SHUTDOWNS_ATTR: Final = "__sdax_shutdowns__"
 
 ExceptionTypes = tuple[type[BaseException], ...]
 RetryAfter = Callable[[BaseException], "float | None"]
+Fallback = Callable[[BaseException], Any]
 
 
 # --------------------------------------------------------------------------------------------
@@ -147,6 +149,31 @@ class ExecutionDeclaration:
 
     policy: Policy
     target: tuple[str, ...] | None
+    bulkhead: Bulkhead | None = None
+    breaker: CircuitBreaker | None = None
+    fallback: Fallback | None = None
+
+
+def _guards(
+    bulkhead: object, breaker: object, fallback: object
+) -> tuple[Bulkhead | None, CircuitBreaker | None, Fallback | None]:
+    """docs/contract.md#shared-objects: each ``None`` or an object of its own kind."""
+    if bulkhead is not None and not isinstance(bulkhead, Bulkhead):
+        raise TypeError(
+            f"Invalid bulkhead: {_messages.type_name(bulkhead)}; bulkhead must be a "
+            "sdax_hamilton.Bulkhead or None"
+        )
+    if breaker is not None and not isinstance(breaker, CircuitBreaker):
+        raise TypeError(
+            f"Invalid breaker: {_messages.type_name(breaker)}; breaker must be a "
+            "sdax_hamilton.CircuitBreaker or None"
+        )
+    if fallback is not None and not callable(fallback):
+        raise TypeError(
+            f"Invalid fallback: {_messages.type_name(fallback)}; fallback must be a "
+            "callable taking the exception, or None"
+        )
+    return bulkhead, breaker, cast("Fallback | None", fallback)
 
 
 @final
@@ -189,6 +216,9 @@ def execution(
     backoff_factor: float = 2.0,
     max_delay: float | None = None,
     retry_after: RetryAfter | None = None,
+    bulkhead: Bulkhead | None = None,
+    breaker: CircuitBreaker | None = None,
+    fallback: Fallback | None = None,
 ) -> Callable[[_F], _F]:
     """Attach a forward attempt policy to a Hamilton function (docs/contract.md#declarations).
 
@@ -198,6 +228,9 @@ def execution(
     ``max_delay`` caps every retry wait before the jitter; ``retry_after(exc)`` may set the
     wait of a retry the retryable set already takes (docs/lifecycle.md, "Deadlines and
     server-directed waits").
+
+    ``bulkhead``, ``breaker`` (shared by every run naming them) and ``fallback(exc)`` (the
+    node's value when it has failed for good): docs/resilience.md.
     """
     policy = _policy(
         timeout=timeout,
@@ -208,8 +241,9 @@ def execution(
         max_delay=max_delay,
         retry_after=retry_after,
     )
+    guards = _guards(bulkhead, breaker, fallback)
     target = _targets(target_)
-    declaration = ExecutionDeclaration(policy=policy, target=target)
+    declaration = ExecutionDeclaration(policy, target, *guards)
 
     def decorate(fn: _F) -> _F:
         _check_unclaimed(fn, "execution")

@@ -53,6 +53,10 @@ EventKind: TypeAlias = Literal[
     "release_timed_out",
     "release_retry_scheduled",
     "run_finished",
+    "bulkhead_waiting",
+    "bulkhead_rejected",
+    "circuit_rejected",
+    "fallback_used",
 ]
 """Every ``RunEvent.kind``; see :class:`RunEvent` for when each is emitted."""
 
@@ -84,9 +88,17 @@ class RunEvent:
       ``initial_delay * backoff_factor ** (attempt - 1) * [0.5, 1.0]``).
     * ``retry_cancelled``: that wait was dropped because the run is stopping.
     * ``retry_skipped``: follows ``attempt_failed`` instead of ``retry_scheduled`` when the
-      failure would be retried but the wait (``delay``; ``None`` when the deadline had
-      already passed) would not end before the run's deadline: the node has failed for
-      good with ``error``.
+      failure would be retried but the retry is not taken: ``reason`` ``"deadline"``, the
+      wait (``delay``; ``None`` when the deadline had already passed) would not end before
+      the run's deadline; ``"budget"``, the Driver's retry budget refused it. The node has
+      failed for good with ``error``.
+    * ``bulkhead_waiting``: attempt ``attempt`` found every permit of its bulkhead taken
+      and waits for one (its ``attempt_started`` follows when it gets one).
+    * ``bulkhead_rejected`` / ``circuit_rejected``: attempt ``attempt`` was refused
+      without a call (``error`` the ``BulkheadFull`` / ``CircuitOpen``); its
+      ``attempt_started`` and ``attempt_failed`` follow, as for any failed attempt.
+    * ``fallback_used``: the node failed for good with ``error`` and its fallback's value
+      is used in its place; the run goes on.
     * ``deadline_expired``: the run's deadline passed before attempt ``attempt`` of the node
       could start (it was ready, or its retry wait had ended); the node fails with
       ``error``, a ``TimeoutError``.
@@ -125,6 +137,15 @@ class RunEvent:
     clipped: bool = False
     """``attempt_started`` / ``attempt_timed_out``: the attempt's timeout is the time left
     before the run's deadline, shorter than the node's own (or the node has none)."""
+    reason: str | None = None
+    """``retry_skipped``: ``"deadline"`` or ``"budget"``; else ``None``."""
+    bulkhead_wait: float | None = None
+    """``attempt_started`` of a node with a bulkhead: seconds the attempt waited for its
+    permit (``0.0``: none); else ``None``."""
+    breaker_state: str | None = None
+    """``attempt_started`` of a node with a circuit breaker: the breaker's state when it
+    admitted (``"closed"``, ``"half_open"``) or rejected (``"open"``, ``"half_open"``) the
+    attempt; else ``None``."""
 
 
 Observer: TypeAlias = Callable[[RunEvent], object]
@@ -222,6 +243,12 @@ class NodeReport:
     """A retry was not taken because its wait would not have ended before the deadline."""
     expired: bool = False
     """The run's deadline passed before the node's next attempt could start."""
+    bulkhead_wait: float = 0.0
+    """Seconds its attempts waited for a bulkhead's permit (outside the attempts)."""
+    rejections: int = 0
+    """Attempts refused without a call (``BulkheadFull``, ``CircuitOpen``)."""
+    fallback: bool = False
+    """It failed for good and its fallback's value was used (its outcome: ``succeeded``)."""
     cached: bool = False
     """The node's value came from the cache (a ``cache_hit``): no attempt was made."""
 
@@ -245,16 +272,20 @@ class _Track:
     __slots__ = (
         "attempt_start",
         "attempts",
+        "bulkhead_wait",
         "cached",
         "clipped",
         "expired",
+        "fallback",
         "finished",
         "in_attempts",
         "last_error",
         "outcome",
+        "rejections",
         "retry_skipped",
         "started",
         "timeouts",
+        "wait_since",
     )
 
     def __init__(self) -> None:
@@ -269,6 +300,10 @@ class _Track:
         self.clipped = 0
         self.retry_skipped = False
         self.expired = False
+        self.bulkhead_wait = 0.0
+        self.rejections = 0
+        self.fallback = False
+        self.wait_since: float | None = None
         self.cached = False
 
     def start(self, time: float) -> None:
@@ -301,6 +336,9 @@ class _Track:
             clipped=self.clipped,
             retry_skipped=self.retry_skipped,
             expired=self.expired,
+            bulkhead_wait=self.bulkhead_wait,
+            rejections=self.rejections,
+            fallback=self.fallback,
             cached=self.cached,
         )
 
@@ -312,6 +350,26 @@ _FORWARD_END: Mapping[str, Outcome] = {
     "release_succeeded": "succeeded",
     "release_failed": "failed",
 }
+
+
+def _record_shared_event(track: _Track, kind: str, time: float) -> None:
+    """Record an event of what runs share (docs/caching.md, docs/resilience.md) on a node's
+    track."""
+    if kind == "cache_hit":
+        track.cached = True
+        track.started = time
+        track.end(time, "succeeded", None)
+    elif kind == "bulkhead_waiting":
+        track.wait_since = time
+        if track.started is None:
+            track.started = time
+        track.outcome = "waiting"
+    elif kind == "bulkhead_rejected" or kind == "circuit_rejected":
+        track.rejections += 1
+    elif kind == "fallback_used":
+        track.fallback = True
+        track.outcome = "succeeded"
+        track.finished = time
 
 
 class RunReport:
@@ -418,6 +476,9 @@ class RunReport:
         track = table.get(event.node)
         if track is None:
             track = table[event.node] = _Track()
+        if track.wait_since is not None and kind != "bulkhead_waiting":
+            track.bulkhead_wait += time - track.wait_since
+            track.wait_since = None
         if kind == "attempt_started" or kind == "release_started":
             track.start(time)
             if event.clipped:
@@ -438,10 +499,8 @@ class RunReport:
         elif kind == "deadline_expired":
             track.expired = True
             track.end(time, "failed", event.error)
-        elif kind == "cache_hit":
-            track.cached = True
-            track.started = time
-            track.end(time, "succeeded", None)
+        else:
+            _record_shared_event(track, kind, time)
 
     # ----------------------------------------------------------------- reading
 

@@ -39,6 +39,7 @@ from ._types import accepts, checker, compatible, describe, mismatch, split_chec
 if TYPE_CHECKING:
     from ._adapters import Adapters
     from ._hamilton.caching import Cache
+    from ._resilience import RetryBudget
 
 Check = Callable[[Any], bool]
 
@@ -524,6 +525,7 @@ def build_plan(
     graph: _core.Graph | None = None,
     seed: int | None = None,
     adapters: Adapters | None = None,
+    retry_budget: RetryBudget | None = None,
     cache: Cache | None = None,
 ) -> PreparedPlan:
     """Validate a selection and compile it into a ``PreparedPlan`` (docs/api.md,
@@ -570,7 +572,7 @@ def build_plan(
         input_names=input_names,
         defaulted=defaulted,
         config_table=config_table,
-        jobs=_jobs(program.runtimes, program.specs, cache),
+        jobs=_jobs(program.runtimes, program.specs, cache, retry_budget),
         inputs=None
         if overridden
         else _core.InputTable(
@@ -821,20 +823,23 @@ def _check_edge(producer: NodeSpec, consumer: NodeSpec, inp: InputSpec, required
 
 
 def _jobs(
-    runtimes: tuple[NodeRuntime, ...], specs: tuple[NodeSpec, ...], cache: Cache | None
+    runtimes: tuple[NodeRuntime, ...],
+    specs: tuple[NodeSpec, ...],
+    cache: Cache | None,
+    retry_budget: RetryBudget | None = None,
 ) -> JobTable:
     """The plan's job table; with a cache, its nodes' caching (docs/caching.md), and no
     carrier: a looked-up node's first attempt begins with the lookup, in the driver."""
     nodes = None if cache is None else [cache.nodes.get(spec.name) for spec in specs]
     if nodes is None or not any(node is not None and node.mode for node in nodes):
-        return JobTable(runtimes, carrier_of(runtimes))
+        return JobTable(runtimes, carrier_of(runtimes), retry_budget=retry_budget)
     from ._adapters import _NodeCall
     from ._executor.cache import PlanCache
 
     assert cache is not None
     # Lifecycle adapters' node hooks run around a hit too (``_NodeCall.replay``).
     replays = [rt.call.replay if isinstance(rt.call, _NodeCall) else None for rt in runtimes]
-    return JobTable(runtimes, None, PlanCache(cache, nodes, replays))
+    return JobTable(runtimes, None, PlanCache(cache, nodes, replays), retry_budget)
 
 
 def _runtime(
@@ -881,6 +886,9 @@ def _runtime(
             retry_after=release.policy.retry_after,
         ),
         retry_after=spec.policy.retry_after,
+        bulkhead=spec.bulkhead,
+        breaker=spec.breaker,
+        fallback=spec.fallback,
     )
 
 

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._core import Policy
+
+if TYPE_CHECKING:
+    from ._resilience import Bulkhead, CircuitBreaker
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,3 +78,9 @@ class NodeSpec:
     outside the internals that may take it as an input."""
     borrowed: bool = False
     """Generated node that calls no user code and borrows (projection, gate, step)."""
+    bulkhead: Bulkhead | None = None
+    """Shared limit on concurrent calls (docs/resilience.md)."""
+    breaker: CircuitBreaker | None = None
+    """Shared circuit breaker (docs/resilience.md)."""
+    fallback: Callable[[BaseException], Any] | None = None
+    """Called with the failure when the node has failed for good (docs/resilience.md)."""

@@ -87,6 +87,7 @@ class Server:
     port: int = 0
     directory: str = ""
     _as_user: list[str] = field(default_factory=list)
+    _options: str = ""
 
     @property
     def data(self) -> str:
@@ -159,19 +160,8 @@ class Server:
                 "-c synchronous_commit=off",
                 "-c full_page_writes=off",
             ] + [f"-c {name}={value}" for name, value in self.settings.items()]
-            started = self._run(
-                os.path.join(self.bindir, "pg_ctl"),
-                "-D",
-                self.data,
-                "-l",
-                self.logfile,
-                "-w",
-                "-t",
-                "60",
-                "-o",
-                " ".join(options),
-                "start",
-            )
+            self._options = " ".join(options)
+            started = self._pg_ctl_start()
             if started.returncode == 0:
                 return
             failure = ServerUnavailable(
@@ -182,6 +172,37 @@ class Server:
                 break
         self.remove()
         raise failure
+
+    def _pg_ctl_start(self) -> subprocess.CompletedProcess[str]:
+        return self._run(
+            os.path.join(self.bindir, "pg_ctl"),
+            "-D",
+            self.data,
+            "-l",
+            self.logfile,
+            "-w",
+            "-t",
+            "60",
+            "-o",
+            self._options,
+            "start",
+        )
+
+    def interrupt(self) -> None:
+        """An outage: ``pg_ctl stop -m fast`` (sessions are terminated), data kept."""
+        stopped = self._run(
+            os.path.join(self.bindir, "pg_ctl"), "-D", self.data, "-m", "fast", "-w", "stop"
+        )
+        if stopped.returncode != 0:
+            raise ServerUnavailable("pg_ctl stop failed", stopped.stdout + stopped.stderr)
+
+    def resume(self) -> None:
+        """The server back after :meth:`interrupt`, on the same port and data."""
+        started = self._pg_ctl_start()
+        if started.returncode != 0:
+            raise ServerUnavailable(
+                "pg_ctl start failed", started.stdout + started.stderr + self.read_log()
+            )
 
     def stop(self) -> None:
         if self.directory and os.path.exists(os.path.join(self.data, "postmaster.pid")):

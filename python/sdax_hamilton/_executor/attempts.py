@@ -61,6 +61,11 @@ class EventKind(enum.IntEnum):
     STORED = 7
     """``(_, Attempt, None)``: the cache's store of the attempt's value is over
     (``cache.py``): the node is done."""
+    PERMIT = 8
+    """``(_, Attempt, granted)``: a waiting attempt's permit came (``True``), or the run's
+    deadline passed while it waited (``False``): ``guards.py``."""
+    FELL_BACK = 9
+    """``(_, Attempt, (raised, value or error, original))``: an async fallback ended."""
 
 
 Event = tuple[EventKind, Any, Any]

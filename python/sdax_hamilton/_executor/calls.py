@@ -20,6 +20,7 @@ from typing import Any, Final
 from .. import _core
 from .._declarations import Acquisition
 from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
+from .guards import Guards
 from .jobs import Job, JobTable
 from .record import FailureRecord
 from .reporter import Reporter
@@ -33,6 +34,8 @@ _START_CLIPPED: Final = _core.START_CLIPPED
 _EXPIRE: Final = _core.EXPIRE
 _NO_ROOM: Final = _core.NO_ROOM
 _BAD_HINT: Final = _core.BAD_HINT
+_NO_BUDGET: Final = _core.NO_BUDGET
+_FALLBACK: Final = _core.FALLBACK
 _CARRIED: Final = _core.CARRIED
 _CARRIED_RAISED: Final = _core.CARRIED_RAISED
 _CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
@@ -63,9 +66,11 @@ class Calls:
     """Carries out the core's commands for one run (made when the run first needs it)."""
 
     __slots__ = (
+        "__weakref__",
         "_acquisitions",
         "_arguments",
         "_clipped",
+        "_guards",
         "_inline_timer",
         "_inline_when",
         "_jobs",
@@ -118,6 +123,7 @@ class Calls:
         self.inline_attempt: Attempt | None = None
         self._inline_timer: asyncio.TimerHandle | None = None
         self._two_clocks: bool | None = None  # see ``_clocks_differ``
+        self._guards: Guards | None = None  # the shared objects at work (``guards``)
         # The run's lookups and stores (``cache.py``), when the plan caches nodes.
         self.cache = None if jobs.cache is None else jobs.cache.run(self)
 
@@ -128,6 +134,36 @@ class Calls:
         if reporter is None:
             reporter = self._reporter = Reporter(self._jobs, None, self._loop, None, self._run_id)
         return reporter
+
+    def guards(self) -> Guards:
+        """The run's side of its bulkheads, breakers and fallbacks, made on first use."""
+        guards = self._guards
+        if guards is None:
+            guards = self._guards = Guards(self, self._loop)
+        return guards
+
+    @property
+    def guards_made(self) -> Guards | None:
+        return self._guards
+
+    @property
+    def run(self) -> _core.Run:
+        return self._run
+
+    @property
+    def watching(self) -> bool:
+        """Someone wants to hear about every attempt."""
+        return self._watch
+
+    @property
+    def jobs(self) -> JobTable:
+        return self._jobs
+
+    @property
+    def clipped(self) -> list[int] | None:
+        """Per forward job, the attempt cut short by the run's deadline (``None``: the run
+        has none)."""
+        return self._clipped
 
     def execute(self, commands: Sequence[_core.Command]) -> None:
         """Carry out ``commands`` in order, now."""
@@ -162,8 +198,8 @@ class Calls:
                 self._start(self._jobs[job], attempt, arg)
             elif op == _EXPIRE:
                 self.table.post((_EXPIRED, self._jobs[job], attempt))
-            elif op == _NO_ROOM or op == _BAD_HINT:
-                pass  # why a failure is final: read by ``Outcomes`` for its note
+            elif op == _NO_ROOM or op == _BAD_HINT or op == _NO_BUDGET or op == _FALLBACK:
+                pass  # why a failure is final, or a fallback: read by ``Outcomes``
             else:  # pragma: no cover - contract violation by the core
                 raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
 
@@ -198,13 +234,9 @@ class Calls:
             kwargs = self.kwargs[job.id] if attempt_number else self._first_kwargs(attempt)
             if kwargs is None:
                 return  # bad input, reported
-            cache = self.cache
-            if cache is not None and not attempt_number and cache.looks_up(job.id):
-                # Not a call: the lookup's own attempt, without the call's timeout; a
-                # miss starts the call (``start_after_miss``).
-                attempt.timeout = None
-                attempt.aw = cache.lookup(attempt, kwargs, timeout)
-                table.fresh.append(attempt)
+            if (self.cache is not None or job.guarded) and self._diverted(
+                attempt, job, kwargs, timeout
+            ):
                 return
             if self._watch:
                 self.report().attempt_started(
@@ -227,6 +259,55 @@ class Calls:
             except BaseException as exc:
                 table.post((_RAISED, attempt, exc))
                 return
+        try:
+            awaitable = type(result) is _CoroutineType or _isawaitable(result)
+        except BaseException as exc:  # user code asked (a ``__class__`` property)
+            self._returned_unreadable(attempt, result, exc)
+            return
+        if awaitable:
+            attempt.aw = result
+            table.fresh.append(attempt)
+        else:
+            table.post((_RETURNED, attempt, result))
+
+    def _diverted(
+        self, attempt: Attempt, job: Job, kwargs: dict[str, Any], timeout: float | None
+    ) -> bool:
+        """Whether a forward START goes somewhere before (or instead of) the call: the
+        cache's lookup, or a bulkhead's and a breaker's admission (called once admitted,
+        ``guards.py``)."""
+        cache = self.cache
+        if cache is not None and not attempt.number and cache.looks_up(job.id):
+            # Not a call: the lookup's own attempt, without the call's timeout; a
+            # miss starts the call (``start_after_miss``).
+            attempt.timeout = None
+            attempt.aw = cache.lookup(attempt, kwargs, timeout)
+            self.table.fresh.append(attempt)
+            return True
+        if not job.guarded:
+            return False
+        if self.guards().admit(attempt):  # else rejected, or waiting for a permit
+            self.call(attempt, job, kwargs)
+        return True
+
+    def call(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None:
+        """Call a guarded forward job's function for an admitted ``attempt`` now
+        (``_start``'s call, with what its bulkhead and breaker did)."""
+        if self._watch:
+            wait, state = self.guards().admitted(attempt)
+            self.report().guarded_attempt_started(
+                job.id, attempt.number + 1, self.was_clipped(job, attempt.number), wait, state
+            )
+        try:
+            result = job.node.call(**kwargs)
+        except BaseException as exc:
+            self.table.post((_RAISED, attempt, exc))
+            return
+        self.returned(attempt, result)
+
+    def returned(self, attempt: Attempt, result: Any) -> None:
+        """The call for ``attempt`` returned ``result``: awaited next, or its outcome."""
+        table = self.table
         try:
             awaitable = type(result) is _CoroutineType or _isawaitable(result)
         except BaseException as exc:  # user code asked (a ``__class__`` property)
@@ -315,6 +396,10 @@ class Calls:
             attempt.state = _CANCELLED_TIMED_OUT
             return
         task = attempt.task
+        if task is None and attempt.aw is None and self._guards is not None:
+            if self._guards.waiting(attempt):
+                self._guards.cancel_waiting(attempt)  # waiting for a permit: it leaves
+                return
         if task is None:
             # Not launched yet (``launch`` reports it unstarted), or a sync call whose
             # outcome is queued (its own). Inline attempts are marked by the coordinator

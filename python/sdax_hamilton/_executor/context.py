@@ -273,7 +273,16 @@ class RunContext:
         n = jobs.forward_count
         if len(self._plan) != n:
             raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
-        if self._instant:
+        shared = jobs.shared
+        if shared is not None:  # a retry budget, fallbacks (docs/resilience.md)
+            self._run = _core.Run(
+                self._plan,
+                self._seed,
+                instant_retries=self._instant,
+                retry_budget=None if shared[0] is None else shared[0]._core,
+                fallbacks=shared[1],
+            )
+        elif self._instant:
             self._run = _core.Run(self._plan, self._seed, instant_retries=True)
         else:
             self._run = _core.Run(self._plan, self._seed)

@@ -380,6 +380,9 @@ def abandon(ctx: PhaseOwner, exc: BaseException) -> None:
         if handle is not None:
             handle.cancel()
     calls.stop_inline_timer()
+    guards = calls.guards_made
+    if guards is not None:
+        guards.abandon()  # permits and places in a queue are shared: none may leak
 
 
 def _stop_everything(ctx: PhaseOwner, calls: Calls) -> list[Job]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Self
 
 from .. import _core
+from .._resilience import RetryBudget
 from .runtime import NodeRuntime, ReleaseRuntime, carrier_of
 
 if TYPE_CHECKING:
@@ -41,6 +42,9 @@ class Job:
     """The job's ``retry_after`` hook (called when the core emits a HINT)."""
     release: ReleaseRuntime | None
     """For a release job: the release it calls (``None`` for a node that owns nothing)."""
+    guarded: bool = False
+    """A forward job naming a bulkhead or a breaker: its attempts are admitted by
+    ``guards.Guards`` before the call."""
 
 
 class JobTable(tuple[Job, ...]):
@@ -64,11 +68,16 @@ class JobTable(tuple[Job, ...]):
     cache: PlanCache | None
     """The plan's caching (``Driver(..., cache=)``, ``cache.py``); ``None``: none."""
 
+    shared: tuple[RetryBudget | None, list[int] | None] | None
+    """What runs of this plan hand the core's ``Run`` (docs/resilience.md): the Driver's
+    retry budget and the forward jobs with a fallback; ``None``: neither."""
+
     def __new__(
         cls,
         nodes: Sequence[NodeRuntime],
         carrier: _core.Carrier | None = None,
         cache: PlanCache | None = None,
+        retry_budget: RetryBudget | None = None,
     ) -> Self:
         nodes = tuple(nodes)
         n = len(nodes)
@@ -83,6 +92,7 @@ class JobTable(tuple[Job, ...]):
                 node.retryable,
                 node.retry_after,
                 None,
+                node.bulkhead is not None or node.breaker is not None,
             )
             for i, node in enumerate(nodes)
         ]
@@ -95,6 +105,11 @@ class JobTable(tuple[Job, ...]):
         table = super().__new__(cls, (*forward, *releases))
         table.nodes = nodes
         table.forward_count = n
+        # (A node with a bulkhead or a breaker: its carried node declines, ``carrier_of``.)
+        fallbacks = [i for i, node in enumerate(nodes) if node.fallback is not None]
+        table.shared = (
+            None if retry_budget is None and not fallbacks else (retry_budget, fallbacks or None)
+        )
         table.carrier = carrier
         table.cache = cache
         table.calling = carrier if carrier is not None else carrier_of(nodes)

@@ -44,6 +44,10 @@ _BAD_INPUT: Final = EventKind.BAD_INPUT
 _EXPIRED: Final = EventKind.EXPIRED
 _STORED: Final = EventKind.STORED
 _ABORT: Final = EventKind.ABORT
+_PERMIT: Final = EventKind.PERMIT
+_FELL_BACK: Final = EventKind.FELL_BACK
+_NO_BUDGET: Final = _core.NO_BUDGET
+_FALLBACK: Final = _core.FALLBACK
 _FAILED: Final = Verdict.FAILED
 _HINT: Final = _core.HINT
 _NO_ROOM: Final = _core.NO_ROOM
@@ -119,6 +123,10 @@ class Outcomes:
             self._bad_input(subject, payload)
         elif kind is _EXPIRED:
             self._expired(subject, payload)
+        elif kind is _PERMIT:
+            self._calls.guards().permit(subject, payload)
+        elif kind is _FELL_BACK:
+            self._calls.guards().fell_back(subject, payload, self)
         elif kind is _STORED:
             self._stored(subject)
         else:  # ABORT: an observer raised KeyboardInterrupt/SystemExit (already primary)
@@ -127,10 +135,10 @@ class Outcomes:
     def returned(self, attempt: Attempt, value: Any) -> None:
         job = attempt.job
         running = self._table.running
-        if running[job.id] is attempt and attempt.timer is None:
+        if running[job.id] is attempt and attempt.timer is None and not job.guarded:
             running[job.id] = attempt.next  # ``AttemptTable.end``, for the common case
         else:
-            self._table.end(attempt)
+            self._returned_end(attempt)
         run = self._run
         if job.forward:
             node = job.node
@@ -164,6 +172,13 @@ class Outcomes:
         if self._watch:
             self._report().attempt_succeeded(job.id, attempt.number + 1)
         self._execute(run.succeeded(job.id))
+
+    def _returned_end(self, attempt: Attempt) -> None:
+        """A returned attempt leaves the table; a guarded one gives its permit back and
+        its success to the breaker (``guards.py``)."""
+        self._table.end(attempt)
+        if attempt.job.guarded:
+            self._calls.guards().ended(attempt, attempt.state < _CANCELLED or None)
 
     def _looked_up(self, cache: CacheRun, attempt: Attempt, value: Any) -> bool:
         """If ``attempt`` was a lookup (``cache.py``), carry out how it ended: a miss
@@ -234,8 +249,12 @@ class Outcomes:
             except BaseException as hostile:  # a metaclass ``__instancecheck__`` in the set
                 retryable = False
                 self._user_code_raised(failure, hostile, keep=True)
+            if job.guarded:  # a retryable failure is the breaker's; others are not
+                self._calls.guards().ended(attempt, False if retryable else None)
             self._fail(attempt, failure, retryable)
             return
+        if job.guarded:
+            self._calls.guards().ended(attempt, None)
         number = attempt.number + 1
         if verdict == Verdict.SELF_CANCELLED:
             self._failed_for_good(attempt.job, exc, self._run.attempts(job.id))
@@ -255,16 +274,54 @@ class Outcomes:
         if delay is None and commands and commands[0][0] == _HINT:
             delay, commands, problem = self._ask_hook(attempt, exc)
         no_room: tuple[float | None] | None = None
+        budget = fallback = False
         if delay is None:
-            self._failed_for_good(job, exc, self._run.attempts(job.id))
+            if commands and job.forward:
+                budget, fallback = self._why_final(job, commands)
+            if not fallback:
+                self._failed_for_good(job, exc, self._run.attempts(job.id))
             if self._timed or problem is not None:
                 no_room = self._note_why(attempt, exc, commands, problem)
+            if budget:
+                self._note(exc, f"sdax_hamilton: {job.subject}: the retry budget was exhausted")
         number = attempt.number + 1
         self._report().attempt_failed(
             job.id, number, exc, timed_out=attempt.timed_out, retry_delay=delay
         )
         if no_room is not None:
             self._report().retry_skipped(job.id, number, exc, no_room[0])
+        elif budget:
+            self._report().retry_skipped(job.id, number, exc, None, "budget")
+        self._execute(commands)
+        if fallback:
+            self._calls.guards().fall_back(attempt, exc, self)
+
+    @staticmethod
+    def _why_final(job: Job, commands: list[_core.Command]) -> tuple[bool, bool]:
+        """Whether the retry budget refused the retry, and whether the core said FALLBACK."""
+        budget = fallback = False
+        for op, command_job, _number, _arg in commands:
+            if command_job == job.id:
+                if op == _NO_BUDGET:
+                    budget = True
+                elif op == _FALLBACK:
+                    fallback = True
+        return budget, fallback
+
+    def fallback_used(self, attempt: Attempt, value: Any, original: BaseException) -> None:
+        """The node's fallback gave a value that passed the check: the run goes on as if
+        the node had returned it."""
+        job = attempt.job
+        self._values[job.node.name] = value
+        self._report().fallback_used(job.id, attempt.number + 1, original)
+        self._execute(self._run.succeeded(job.id))
+
+    def fallback_failed(self, attempt: Attempt, error: BaseException) -> None:
+        """The node's fallback raised ``error`` (or its value failed the check): the node
+        fails with it, for good."""
+        job = attempt.job
+        _delay, commands = self._run.failed(job.id, False)
+        self._failed_for_good(job, error, self._run.attempts(job.id))
         self._execute(commands)
 
     def _ask_hook(
@@ -334,9 +391,13 @@ class Outcomes:
         self._table.end(attempt)
         job = attempt.job
         aw = attempt.aw
+        if job.guarded:
+            self._calls.guards().ended(attempt, None)
         self._report().attempt_cancelled(job.id, attempt.number + 1)
-        if type(aw) is _CoroutineType:
-            aw.close()  # never awaited: its body never ran
+        if aw is None or type(aw) is _CoroutineType:
+            # never awaited: its body never ran (``None``: it waited for a permit)
+            if aw is not None:
+                aw.close()
             if job.forward and attempt.number == 0:
                 self._acquisitions[job.id] = None
             self._execute(self._run.unstarted(job.id))

@@ -174,6 +174,36 @@ class Reporter:
             kind: EventKind = "attempt_started" if forward else "release_started"
             self._emit(kind, name, number, clipped=clipped)
 
+    def guarded_attempt_started(
+        self,
+        job: int,
+        number: int,
+        clipped: bool,
+        bulkhead_wait: float | None,
+        breaker_state: str | None,
+    ) -> None:
+        """``attempt_started`` of a node with a bulkhead or a breaker, with what they did
+        (docs/resilience.md)."""
+        if self._debug:
+            logger.debug(
+                "node %r: attempt %d started%s (bulkhead wait %s, breaker %s)",
+                self._name(job),
+                number,
+                " (timeout clipped to the run's)" if clipped else "",
+                "-" if bulkhead_wait is None else f"{seconds(bulkhead_wait)} s",
+                breaker_state or "-",
+                extra=self._extra(job),
+            )
+        if self._observers is not None:
+            self._emit(
+                "attempt_started",
+                self._name(job),
+                number,
+                clipped=clipped,
+                bulkhead_wait=bulkhead_wait,
+                breaker_state=breaker_state,
+            )
+
     def attempt_returned(self, job: int, number: int, timed_out: bool) -> None:
         """A forward attempt returned a value (its output check comes next)."""
         if self._debug:
@@ -244,10 +274,28 @@ class Reporter:
             self._emit(kind, self._name(job), number, clipped=clipped)
 
     def retry_skipped(
-        self, job: int, number: int, error: BaseException, wait: float | None
+        self,
+        job: int,
+        number: int,
+        error: BaseException,
+        wait: float | None,
+        reason: str = "deadline",
     ) -> None:
         """The failure of attempt ``number`` would be retried, but the wait (``None``: any)
-        would not end before the run's deadline: the job failed for good."""
+        would not end before the run's deadline (``reason`` ``"deadline"``), or the retry
+        budget refused the retry (``"budget"``): the job failed for good."""
+        if reason == "budget":
+            if logger.isEnabledFor(logging.WARNING):
+                logger.warning(
+                    "%s: attempt %d failed with %s; the retry budget was exhausted",
+                    self._subject(job),
+                    number,
+                    type(error).__qualname__,
+                    extra=self._extra(job),
+                )
+            if self._observers is not None:
+                self._emit("retry_skipped", self._name(job), number, error=error, reason=reason)
+            return
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(
                 "%s: attempt %d failed with %s; the run's timeout left no room for a retry%s",
@@ -258,7 +306,46 @@ class Reporter:
                 extra=self._extra(job),
             )
         if self._observers is not None:
-            self._emit("retry_skipped", self._name(job), number, delay=wait, error=error)
+            self._emit(
+                "retry_skipped", self._name(job), number, delay=wait, error=error, reason=reason
+            )
+
+    def bulkhead_waiting(self, job: int, number: int) -> None:
+        """Attempt ``number`` waits for a bulkhead's permit."""
+        if self._debug:
+            logger.debug(
+                "%s: attempt %d waits for a bulkhead permit",
+                self._subject(job),
+                number,
+                extra=self._extra(job),
+            )
+        if self._observers is not None:
+            self._emit("bulkhead_waiting", self._name(job), number)
+
+    def bulkhead_waited(self, job: int, number: int, waited: float) -> None:
+        """Attempt ``number`` got its permit after ``waited`` seconds."""
+        if self._debug:
+            logger.debug(
+                "%s: attempt %d got a bulkhead permit after %s s",
+                self._subject(job),
+                number,
+                seconds(waited),
+                extra=self._extra(job),
+            )
+
+    def rejected(self, job: int, number: int, kind: str, error: BaseException) -> None:
+        """Attempt ``number`` was refused without a call (``kind``: ``bulkhead_rejected``
+        or ``circuit_rejected``) with ``error``."""
+        if self._observers is not None:
+            rejected: EventKind = (
+                "bulkhead_rejected" if kind == "bulkhead_rejected" else "circuit_rejected"
+            )
+            self._emit(rejected, self._name(job), number, error=error)
+
+    def fallback_used(self, job: int, number: int, error: BaseException) -> None:
+        """``job`` failed for good with ``error``; its fallback's value is used."""
+        if self._observers is not None:
+            self._emit("fallback_used", self._name(job), number, error=error)
 
     def hint_unusable(self, job: int, number: int, problem: str) -> None:
         """The ``retry_after`` hook asked about attempt ``number`` ``problem`` (raised, or
@@ -362,6 +449,9 @@ class Reporter:
         deadline: float | None = None,
         clipped: bool = False,
         at: float | None = None,
+        reason: str | None = None,
+        bulkhead_wait: float | None = None,
+        breaker_state: str | None = None,
     ) -> None:
         """Call every observer with one event; an observer's exception never escapes."""
         event = RunEvent(
@@ -375,6 +465,9 @@ class Reporter:
             nodes,
             deadline,
             clipped,
+            reason,
+            bulkhead_wait,
+            breaker_state,
         )
         for observer in self._observers or ():
             try:

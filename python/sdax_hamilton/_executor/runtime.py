@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from .. import _core
 from .._declarations import Acquisition
+from .._resilience import Bulkhead, CircuitBreaker
 from .._types import split_check
 
 TIMEOUT_MESSAGE: Final = "sdax_hamilton: the attempt timed out"
@@ -55,6 +56,12 @@ class NodeRuntime:
     """Set on owned acquisitions."""
     retry_after: Callable[[BaseException], object] | None = None
     """The forward policy's ``retry_after`` hook, called when the core emits a HINT."""
+    bulkhead: Bulkhead | None = None
+    """The shared bulkhead its calls take a permit of (docs/resilience.md)."""
+    breaker: CircuitBreaker | None = None
+    """The shared circuit breaker that admits its attempts and records their outcomes."""
+    fallback: Callable[[BaseException], Any] | None = None
+    """Its value once it has failed for good, unless the run is stopping."""
 
 
 def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
@@ -73,6 +80,7 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
                 output_type=node.output_type,
                 owned=node.release is not None,
                 positional=not node.defaults and _takes_positionally(node.call, node.args),
+                declined=node.bulkhead is not None or node.breaker is not None,
             )
             for node in nodes
         ],

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import _messages
 from .._adapters import Adapters, check_adapters, pre_do_anything
+from .._resilience import RetryBudget
 from .._spec import NodeSpec
 from .translator import translate
 from .version import check_hamilton_version
@@ -36,6 +37,35 @@ def _config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     return values
 
 
+def _retry_budget(budget: object) -> RetryBudget | None:
+    if budget is not None and not isinstance(budget, RetryBudget):
+        raise TypeError(
+            f"Invalid retry_budget: {_messages.type_name(budget)}; retry_budget must be a "
+            "sdax_hamilton.RetryBudget or None"
+        )
+    return budget
+
+
+def _check_fallbacks(nodes: Mapping[str, NodeSpec]) -> None:
+    """A fallback cannot make up a resource (docs/resilience.md#fallback)."""
+    for name, spec in nodes.items():
+        if spec.fallback is None:
+            continue
+        if spec.release is not None or spec.ownership_required:
+            raise ValueError(
+                f"Node {name} ({spec.origin}) is an owned acquisition and cannot have a "
+                "fallback: a resource cannot be made up; put the fallback on a node that "
+                "takes the resource as an argument"
+            )
+        if spec.borrows:
+            raise ValueError(
+                f"Node {name} ({spec.origin}) borrows from "
+                f"{_messages.names(spec.borrows)} and cannot have a fallback: a resource "
+                "cannot be made up; put the fallback on a node that takes the resource as "
+                "an argument"
+            )
+
+
 def _modules(modules: tuple[ModuleType, ...]) -> tuple[ModuleType, ...]:
     if not modules or not all(isinstance(module, ModuleType) for module in modules):
         raise TypeError(
@@ -59,6 +89,8 @@ class Driver:
     tracker); their hooks run around every run and every attempt of its plans, and those
     that would replace execution or the result are refused (docs/adapters.md).
 
+    ``retry_budget``: every retry of every run of this Driver's plans draws on it
+    (docs/resilience.md).
     ``cache``: ``True`` (Hamilton's default directory), a directory path, or Hamilton's
     ``HamiltonCacheAdapter``: node values are kept across runs in Hamilton's own cache
     format, shared with Hamilton's ``Builder().with_cache()`` (docs/caching.md).
@@ -72,9 +104,11 @@ class Driver:
         *modules: ModuleType,
         config: Mapping[str, Any] | None = None,
         adapters: Sequence[object] | None = None,
+        retry_budget: RetryBudget | None = None,
         cache: object = None,
     ) -> None:
         values = _config(config)
+        self._retry_budget = _retry_budget(retry_budget)
         check_hamilton_version()
         unique = _modules(modules)
         # Hamilton lifecycle adapters (docs/adapters.md): checked first, build hooks run here.
@@ -85,6 +119,7 @@ class Driver:
         if accepted or cache is not None:
             hamilton_nodes = {}
         self._nodes = translate(unique, values, hamilton_nodes)
+        _check_fallbacks(self._nodes)
         self._cache: Cache | None = None
         if cache is not None:
             from .caching import build_cache
@@ -124,5 +159,6 @@ class Driver:
             check_outputs=check_outputs,
             graph=self._graph,
             adapters=self._adapters,
+            retry_budget=self._retry_budget,
             cache=self._cache,
         )

@@ -161,6 +161,7 @@ def specs(
         if prov.internal and prov.gate is not None:
             gate = ".".join((*prov.mount, prov.gate))
         release_entry = placement.releases.get(name)
+        guard = placement.guarded.get(name)
         where = origins.get(id(prov.decl))
         if where is None:
             where = origins[id(prov.decl)] = origin(prov.decl)
@@ -177,5 +178,8 @@ def specs(
             validation_internal=prov.internal,
             validation_gate=gate,
             borrowed=prov.kind == ALIAS and bool(node_borrows),
+            bulkhead=None if guard is None else guard.bulkhead,
+            breaker=None if guard is None else guard.breaker,
+            fallback=None if guard is None else guard.fallback,
         )
     return table

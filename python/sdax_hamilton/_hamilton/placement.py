@@ -27,6 +27,9 @@ class Placement:
     """Owned node -> its release."""
     ownership: frozenset[str]
     """Actual calls of shutdown-declared functions (each must be owned when selected)."""
+    guarded: dict[str, _declarations.ExecutionDeclaration]
+    """Node -> its ``execution`` declaration, for nodes naming a bulkhead, a breaker or a
+    fallback (docs/resilience.md)."""
 
 
 Mounts = dict[tuple[str, ...], list[str]]
@@ -61,6 +64,7 @@ def place(
     policies: dict[str, _core.Policy] = {}
     releases: dict[str, tuple[ReleaseSpec, FunctionType]] = {}
     ownership: set[str] = set()
+    guarded: dict[str, _declarations.ExecutionDeclaration] = {}
 
     for fn in declarations:
         mounts = groups.get(id(fn), {})
@@ -73,6 +77,8 @@ def place(
                         "node one execution(...) (check the declarations' target_)"
                     )
                 policies[name] = found.policy
+                if found.bulkhead or found.breaker or found.fallback:
+                    guarded[name] = found
         shutdowns = shutdowns_of(fn)
         if not shutdowns:
             continue
@@ -80,7 +86,7 @@ def place(
             ownership.update(name for name in names if by_name[name].prov.kind == CALL)
         for shutdown in shutdowns:
             _place_release(fn, shutdown, mounts, by_name, checks, releases)
-    return Placement(policies, releases, frozenset(ownership))
+    return Placement(policies, releases, frozenset(ownership), guarded)
 
 
 def _place_release(

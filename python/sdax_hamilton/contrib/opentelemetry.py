@@ -156,6 +156,10 @@ class SpanObserver:
         }
         if event.clipped:
             attributes[_PREFIX + "clipped"] = True
+        if event.bulkhead_wait is not None:  # docs/resilience.md
+            attributes[_PREFIX + "bulkhead_wait"] = event.bulkhead_wait
+        if event.breaker_state is not None:
+            attributes[_PREFIX + "breaker_state"] = event.breaker_state
         span = self._tracer.start_span(
             f"release {event.node}" if release else event.node,
             context=run.context,

@@ -1,0 +1,442 @@
+"""The shared objects at work in one run (docs/resilience.md): a guarded attempt is
+admitted by its breaker, then by its bulkhead, before its call; it gives its permit back
+and its outcome to the breaker once it has ended and drained; a node that has failed for
+good falls back.
+
+The rules are the core's: whether a breaker lets an attempt through and what an outcome
+does to it, who gets a permit and in which order (core/src/shared/), whether a retry fits
+the budget and when a fallback is called (core/src/run.rs). This module carries them
+out: it reads the clock for them, parks a waiting attempt until its permit comes, and
+wakes the waiter a released permit goes to, on whatever loop or thread it waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, cast
+
+from .._failures import add_note_once
+from .._resilience import Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen
+from .._types import checker, invalid_output
+from .attempts import Attempt, AttemptState, EventKind
+
+if TYPE_CHECKING:
+    from .calls import Calls
+    from .outcomes import Outcomes
+
+logger = logging.getLogger("sdax_hamilton")
+
+_monotonic: Final = time.monotonic
+_RAISED: Final = EventKind.RAISED
+_UNSTARTED: Final = EventKind.UNSTARTED
+_PERMIT: Final = EventKind.PERMIT
+_FELL_BACK: Final = EventKind.FELL_BACK
+_CANCELLED: Final = AttemptState.CANCELLED
+_TIMED_OUT: Final = AttemptState.TIMED_OUT
+_TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+
+# Every waiter of every bulkhead in the process: (id of the bulkhead's core, waiter id) ->
+# how to wake it. The lock spans a queueing and its registration, and a release and its
+# look-up, so a permit never goes to a waiter not registered yet.
+_lock: Final = threading.Lock()
+_wakers: Final[dict[tuple[int, int], Callable[[], object]]] = {}
+
+
+def _wake(bulkhead: Bulkhead, waiter: int | None) -> None:
+    """Wake ``waiter`` (a permit went to it); one that can no longer be woken (its loop
+    closed) leaves, and its permit passes on."""
+    while waiter is not None:
+        with _lock:
+            wake = _wakers.pop((id(bulkhead._core), waiter), None)
+        if wake is None:
+            return  # it left meanwhile (its cancellation passes the permit on)
+        try:
+            wake()
+            return
+        except RuntimeError:  # its loop is closed
+            with _lock:
+                waiter = bulkhead._core.cancel_waiter(waiter)
+
+
+def give_back(bulkhead: Bulkhead) -> None:
+    """Return a permit: to the first waiter (woken), or to the pool."""
+    with _lock:
+        waiter = bulkhead._core.release()
+    _wake(bulkhead, waiter)
+
+
+class Held:
+    """What one guarded attempt holds: a permit (or its place in the queue) and a probe."""
+
+    __slots__ = ("bulkhead", "permit", "probe", "since", "state", "timer", "waited", "waiter")
+
+    def __init__(self) -> None:
+        self.bulkhead: Bulkhead | None = None
+        self.state: str | None = None  # the breaker's state that admitted it
+        self.waited = 0.0  # seconds it waited for its permit
+        self.permit = False
+        self.waiter: int | None = None  # queued for a permit under this id
+        self.probe: int | None = None  # the breaker's probe ticket
+        self.since = 0.0  # loop time the wait began
+        self.timer: asyncio.TimerHandle | None = None  # the run's deadline, while waiting
+
+
+class Guards:
+    """One run's side of its shared objects (made when a guarded attempt first starts)."""
+
+    __slots__ = ("_calls", "_loop", "held", "rejections", "waited")
+
+    def __init__(self, calls: Calls, loop: asyncio.AbstractEventLoop) -> None:
+        # A proxy: the run's ``Calls`` holds its guards, which must not hold it back (a
+        # run leaves no reference cycle, tests/test_driver_memory.py).
+        self._calls: Calls = cast("Calls", weakref.proxy(calls))
+        self._loop = loop
+        self.held: dict[Attempt, Held] = {}
+        self.waited: dict[int, float] = {}  # job -> seconds spent waiting for permits
+        self.rejections: dict[int, int] = {}  # job -> attempts rejected without a call
+
+    # ------------------------------------------------------------------ admission
+
+    def admit(self, attempt: Attempt) -> bool:
+        """Admit ``attempt`` before its call: ``True`` to call it now; ``False`` when it
+        was rejected (its failure is queued) or waits for a permit (called when granted).
+        An open breaker is asked first: a rejected attempt takes no permit."""
+        node = attempt.job.node
+        held = Held()
+        breaker = node.breaker
+        if breaker is not None:
+            admission, transition = breaker._core.admit(_monotonic())
+            if transition is not None:
+                self._transition(breaker, transition)
+            if isinstance(admission, float):
+                error = CircuitOpen(
+                    f"circuit breaker {self._breaker_name(breaker)} is open; "
+                    f"retry after {admission:.3g} s",
+                    admission,
+                    breaker,
+                )
+                state = "half_open" if breaker._core.state(_monotonic()) == "half_open" else "open"
+                self._reject(attempt, error, "circuit_rejected", None, state)
+                return False
+            held.probe = admission  # a probe ticket, or None
+            held.state = "closed" if admission is None else "half_open"
+        bulkhead = node.bulkhead
+        if bulkhead is not None:
+            held.bulkhead = bulkhead
+            with _lock:
+                got = bulkhead._core.try_acquire()
+                if type(got) is int:
+                    post = self._calls.table.post
+                    loop = self._loop
+                    _wakers[(id(bulkhead._core), got)] = lambda: loop.call_soon_threadsafe(
+                        post, (_PERMIT, attempt, True)
+                    )
+            if got == "rejected":
+                self._forget_probe(attempt, held)
+                full = BulkheadFull(
+                    f"bulkhead {self._bulkhead_name(bulkhead, attempt)} is full: "
+                    f"{bulkhead.max_concurrent} call(s) running, "
+                    f"{bulkhead.max_waiting} waiting",
+                    bulkhead,
+                )
+                self._reject(attempt, full, "bulkhead_rejected", 0.0, held.state)
+                return False
+            if got != "granted":
+                assert type(got) is int
+                held.waiter = got
+                held.since = self._loop.time()
+                self.held[attempt] = held
+                deadline = self._deadline()
+                if deadline is not None:
+                    held.timer = self._loop.call_at(
+                        deadline, self._calls.table.post, (_PERMIT, attempt, False)
+                    )
+                self._calls.report().bulkhead_waiting(attempt.id, attempt.number + 1)
+                return False
+            held.permit = True
+        self.held[attempt] = held
+        return True
+
+    def _reject(
+        self,
+        attempt: Attempt,
+        error: BaseException,
+        kind: str,
+        wait: float | None,
+        state: str | None,
+    ) -> None:
+        """The attempt fails at once with ``error``, without a call."""
+        job = attempt.id
+        self.rejections[job] = self.rejections.get(job, 0) + 1
+        self._calls.report().rejected(job, attempt.number + 1, kind, error)
+        self._rejected(attempt, error, wait, state)
+
+    def _rejected(
+        self, attempt: Attempt, error: BaseException, wait: float | None, state: str | None
+    ) -> None:
+        """The attempt fails with ``error``, without a call; Hamilton node hooks around the
+        node's function see it fail so (docs/adapters.md)."""
+        calls = self._calls
+        job = attempt.job
+        if calls.watching:
+            calls.report().guarded_attempt_started(
+                job.id, attempt.number + 1, calls.was_clipped(job, attempt.number), wait, state
+            )
+        rejected = getattr(job.node.call, "rejected", None)
+        if rejected is None:
+            calls.table.post((_RAISED, attempt, error))
+            return
+        try:
+            result = rejected(calls.kwargs[job.id] or {}, error)
+        except BaseException as exc:
+            calls.table.post((_RAISED, attempt, exc))
+            return
+        calls.returned(attempt, result)
+
+    def _call_admitted(self, attempt: Attempt, waited: float) -> None:
+        """A waiting attempt got its permit after ``waited`` seconds: call it now, its
+        timeout counted from now and cut to the run's deadline (the wait is the run's,
+        not the attempt's)."""
+        calls = self._calls
+        job = attempt.job
+        deadline = self._deadline()
+        if deadline is not None:
+            left = deadline - self._loop.time()
+            if attempt.timeout is None or attempt.timeout > left:
+                attempt.timeout = max(left, 0.0)
+                self._mark_clipped(attempt)
+        calls.report().bulkhead_waited(job.id, attempt.number + 1, waited)
+        kwargs = calls.kwargs[job.id]
+        assert kwargs is not None  # read before the attempt asked for a permit
+        calls.call(attempt, job, kwargs)
+
+    def _deadline(self) -> float | None:
+        """The forward phase's deadline on the loop's clock, if the run has one."""
+        return self._calls.run.deadline if self._calls.clipped is not None else None
+
+    def _mark_clipped(self, attempt: Attempt) -> None:
+        """The run's deadline cut this attempt short (its notes and events say so)."""
+        clipped = self._calls.clipped
+        if clipped is not None:
+            clipped[attempt.id] = attempt.number
+
+    def admitted(self, attempt: Attempt) -> tuple[float | None, str | None]:
+        """What an admitted attempt's bulkhead and breaker did: the seconds it waited for
+        its permit (``None``: no bulkhead), the breaker's state (``None``: no breaker)."""
+        held = self.held.get(attempt)
+        if held is None:  # pragma: no cover - admitted attempts are held
+            return None, None
+        return (None if held.bulkhead is None else held.waited), held.state
+
+    def permit(self, attempt: Attempt, granted: bool) -> None:
+        """A waiting attempt's permit came (``granted``), or the run's deadline passed
+        while it waited."""
+        held = self.held.get(attempt)
+        if held is None or held.waiter is None:
+            return  # it left meanwhile
+        waiter, held.waiter = held.waiter, None
+        timer, held.timer = held.timer, None
+        if timer is not None:
+            timer.cancel()
+        bulkhead = held.bulkhead
+        assert bulkhead is not None
+        waited = self._loop.time() - held.since
+        self.waited[attempt.id] = self.waited.get(attempt.id, 0.0) + waited
+        if granted:
+            with _lock:
+                claimed = bulkhead._core.claim(waiter)
+            if claimed:
+                held.permit = True
+                held.waited = waited
+                self._call_admitted(attempt, waited)
+                return
+        self._leave(bulkhead, waiter)
+        self._forget_probe(attempt, held)
+        del self.held[attempt]
+        # The run's deadline passed before a permit came: the attempt ran out of time.
+        attempt.state = _TIMED_OUT
+        self._mark_clipped(attempt)
+        self._calls.table.post((_RAISED, attempt, TimeoutError("the run's timeout expired")))
+
+    def waiting(self, attempt: Attempt) -> bool:
+        held = self.held.get(attempt)
+        return held is not None and held.waiter is not None
+
+    def cancel_waiting(self, attempt: Attempt) -> None:
+        """The core CANCELled an attempt waiting for a permit: it leaves the queue (its
+        permit, if one was on its way, passes on) and ends without a call."""
+        held = self.held.pop(attempt)
+        waiter, held.waiter = held.waiter, None
+        if held.timer is not None:
+            held.timer.cancel()
+        self.waited[attempt.id] = self.waited.get(attempt.id, 0.0) + self._loop.time() - held.since
+        if held.bulkhead is not None and waiter is not None:
+            self._leave(held.bulkhead, waiter)
+        self._forget_probe(attempt, held)
+        attempt.state = _CANCELLED
+        self._calls.table.post((_UNSTARTED, attempt, None))
+
+    def _leave(self, bulkhead: Bulkhead, waiter: int) -> None:
+        with _lock:
+            _wakers.pop((id(bulkhead._core), waiter), None)
+            passed = bulkhead._core.cancel_waiter(waiter)
+        _wake(bulkhead, passed)
+
+    def abandon(self) -> None:
+        """The run's bookkeeping failed: give back everything still held."""
+        for attempt in list(self.held):
+            held = self.held.pop(attempt)
+            if held.timer is not None:
+                held.timer.cancel()
+            if held.waiter is not None and held.bulkhead is not None:
+                self._leave(held.bulkhead, held.waiter)
+            elif held.permit and held.bulkhead is not None:
+                give_back(held.bulkhead)
+            self._forget_probe(attempt, held)
+
+    # ------------------------------------------------------------------ outcomes
+
+    def ended(self, attempt: Attempt, success: bool | None) -> None:
+        """The attempt has ended and drained: its permit goes back; its outcome goes to
+        the breaker (``success``: ``True``/``False``; ``None``: nothing to record, a
+        cancellation or an exception the node's policy does not retry)."""
+        held = self.held.pop(attempt, None)
+        if held is None:
+            return  # rejected: it held nothing
+        if held.permit and held.bulkhead is not None:
+            give_back(held.bulkhead)
+        breaker = attempt.job.node.breaker
+        if breaker is None:
+            return
+        if success is None:
+            self._forget_probe(attempt, held)
+            return
+        transition = breaker._core.record(_monotonic(), success, held.probe)
+        if transition is not None:
+            self._transition(breaker, transition)
+
+    def _forget_probe(self, attempt: Attempt, held: Held) -> None:
+        probe, held.probe = held.probe, None
+        breaker = attempt.job.node.breaker
+        if probe is not None and breaker is not None:
+            breaker._core.forget_probe(probe)
+
+    def _transition(self, breaker: CircuitBreaker, transition: str) -> None:
+        """Log a breaker's transition: open WARNING, closed INFO, half-open DEBUG."""
+        name = self._breaker_name(breaker)
+        if transition == "open":
+            logger.warning(
+                "circuit breaker %s opened: attempts fail with CircuitOpen for %s s",
+                name,
+                breaker.break_for,
+                extra={"run_id": self._calls.report().run_id, "node": None},
+            )
+        elif transition == "closed":
+            logger.info(
+                "circuit breaker %s closed", name,
+                extra={"run_id": self._calls.report().run_id, "node": None},
+            )  # fmt: skip
+        else:
+            logger.debug(
+                "circuit breaker %s half-open: letting %d probe(s) through", name,
+                breaker.probes, extra={"run_id": self._calls.report().run_id, "node": None},
+            )  # fmt: skip
+
+    def _breaker_name(self, breaker: CircuitBreaker) -> str:
+        """The breaker's ``name``, else the nodes of this plan naming it."""
+        if breaker.name is not None:
+            return repr(breaker.name)
+        names = [node.name for node in self._calls.jobs.nodes if node.breaker is breaker]
+        return "of " + ", ".join(repr(name) for name in names)
+
+    def _bulkhead_name(self, bulkhead: Bulkhead, attempt: Attempt) -> str:
+        if bulkhead.name is not None:
+            return repr(bulkhead.name)
+        return f"of node {attempt.job.name!r}"
+
+    # ------------------------------------------------------------------ fallback
+
+    def fall_back(self, attempt: Attempt, original: BaseException, outcomes: Outcomes) -> None:
+        """The core said FALLBACK: call the node's fallback once with its failure."""
+        job = attempt.job
+        fallback = job.node.fallback
+        assert fallback is not None  # the core names only jobs that have one
+        if logger.isEnabledFor(logging.WARNING):
+            logger.warning(
+                "%s failed for good with %s: %s; using its fallback",
+                job.subject,
+                type(original).__qualname__,
+                original,
+                extra={"run_id": self._calls.report().run_id, "node": job.name},
+            )
+        try:
+            result = fallback(original)
+        except BaseException as error:
+            self.fallback_failed(attempt, original, error, outcomes)
+            return
+        if asyncio.iscoroutine(result) or asyncio.isfuture(result) or hasattr(result, "__await__"):
+            running = Attempt(job, attempt.number, None)
+            running.aw = result
+            running.state = AttemptState.RUNNING
+            self._calls.table.add(running)
+            self._calls.table.live += 1
+            running.task = self._loop.create_task(self._await_fallback(running, original))
+            return
+        self.fallback_returned(attempt, original, result, outcomes)
+
+    async def _await_fallback(self, running: Attempt, original: BaseException) -> None:
+        table = self._calls.table
+        try:
+            value = await running.aw
+        except BaseException as error:  # never let anything escape a task
+            table.live -= 1
+            table.post((_FELL_BACK, running, (True, error, original)))
+        else:
+            table.live -= 1
+            table.post((_FELL_BACK, running, (False, value, original)))
+
+    def fell_back(
+        self, running: Attempt, outcome: tuple[bool, Any, BaseException], outcomes: Outcomes
+    ) -> None:
+        """An async fallback ended (``(raised, value or error, original failure)``)."""
+        self._calls.table.end(running)
+        raised, payload, original = outcome
+        if running.state >= _CANCELLED:  # the run stopped meanwhile
+            self._calls.report().attempt_cancelled(running.id, running.number + 1)
+            self._calls.execute(self._calls.run.drained(running.id))
+            return
+        if raised:
+            self.fallback_failed(running, original, payload, outcomes)
+        else:
+            self.fallback_returned(running, original, payload, outcomes)
+
+    def fallback_returned(
+        self, attempt: Attempt, original: BaseException, value: Any, outcomes: Outcomes
+    ) -> None:
+        node = attempt.job.node
+        check = checker(node.output_type)
+        try:
+            ok = check is None or check(value)
+        except BaseException as broken:
+            self.fallback_failed(attempt, original, broken, outcomes)
+            return
+        if not ok:
+            error: BaseException = invalid_output(node.name, node.origin, node.output_type, value)
+            add_note_once(error, f"sdax_hamilton: node {node.name!r}: the value of its fallback")
+            self.fallback_failed(attempt, original, error, outcomes)
+            return
+        outcomes.fallback_used(attempt, value, original)
+
+    def fallback_failed(
+        self, attempt: Attempt, original: BaseException, error: BaseException, outcomes: Outcomes
+    ) -> None:
+        """The fallback raised ``error`` (or its value failed the check): the node fails
+        with it, the original failure as its cause."""
+        if error is not original and not isinstance(error, _TERMINATION):
+            error.__cause__ = original
+        outcomes.fallback_failed(attempt, error)
