@@ -190,7 +190,7 @@ def test_skipped_retries_expired_deadlines_and_rejected_inputs_are_instant_event
         ("attempt_started", "a", 1, 5.0, {"clipped": True}),
         ("attempt_timed_out", "a", 1, 5.5, {"clipped": True}),
         ("attempt_failed", "a", 1, 5.501, {"error": TimeoutError()}),
-        ("retry_skipped", "a", 1, 5.501, {"error": TimeoutError()}),
+        ("retry_skipped", "a", 1, 5.501, {"error": TimeoutError(), "reason": "deadline"}),
         ("attempt_started", "b", 1, 5.0),
         ("attempt_failed", "b", 1, 5.1, {"error": ValueError()}),
         ("retry_scheduled", "b", 1, 5.1, {"delay": 1.0}),
@@ -203,7 +203,7 @@ def test_skipped_retries_expired_deadlines_and_rejected_inputs_are_instant_event
     marks = {(e["tid"], e["name"], e["args"].get("exception")) for e in events if e["ph"] == "i"}
     assert marks == {
         (0, "deadline", None),
-        (names["a"], "retry skipped", "TimeoutError"),
+        (names["a"], "retry skipped (deadline)", "TimeoutError"),
         (names["b"], "deadline expired", "TimeoutError"),
         (names["c"], "input rejected", "TypeError"),
     }

@@ -469,6 +469,7 @@ class RunReport:
                 event.delay,
                 None if error is None else type(error).__qualname__,
                 event.clipped,
+                event.reason,
             )
         )
         release = kind.startswith("release_")

@@ -2,7 +2,7 @@
 
 :class:`~sdax_hamilton.RunReport` keeps, besides its per-node totals, one compact entry per
 event about a node or a release (kind, node, attempt, time, delay, exception *type* name,
-clipped). This module turns those entries into spans (attempts, waits) and marks (a retry
+clipped, reason). This module turns those entries into spans (attempts, waits) and marks (a retry
 skipped, the deadline passing...), then draws them two ways:
 
 * :func:`chrome_trace`: a dict in the Trace Event Format, which Perfetto and
@@ -28,9 +28,9 @@ from typing import TypeAlias
 
 __all__ = ["Entry", "Recording", "Timeline", "chrome_trace", "svg", "timeline"]
 
-Entry: TypeAlias = tuple[str, str, int, float, float | None, str | None, bool]
+Entry: TypeAlias = tuple[str, str, int, float, float | None, str | None, bool, str | None]
 """One event about a node or a release: ``(kind, node, attempt, time, delay, error type name,
-clipped)``."""
+clipped, reason)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,7 +186,7 @@ class _Builder:
         return row
 
     def add(self, entry: Entry) -> None:
-        kind, node, attempt, at, delay, error, clipped = entry
+        kind, node, attempt, at, delay, error, clipped, reason = entry
         row = self.row(kind.startswith("release_"), node)
         time = at - self.result.origin
         if kind in _ATTEMPT_START:
@@ -213,6 +213,8 @@ class _Builder:
             if kind in _WAIT_ENDS:
                 self.close_wait(row, time, _WAIT_ENDS[kind])
             label = _MARKS.get(kind, kind.replace("_", " "))
+            if reason is not None:
+                label += f" ({reason})"  # a skipped retry's "deadline" or "budget"
             self.result.marks.append(Mark(row, label, attempt, time, error))
 
     def end_attempt(
