@@ -274,3 +274,67 @@ def test_the_check_sees_cycles_when_there_are_some(make_module: Any) -> None:
 
     found, names = _cyclic_garbage(keeps_its_failure, module)
     assert found > 0 and "ValueError" in names
+
+
+# ------------------------------------------- a kept failure keeps no task of the run alive
+
+TASKS_SOURCE = """
+import asyncio
+import weakref
+
+TASKS = []  # weak references to every task a node or release of the run ran in
+
+
+def _seen() -> None:
+    TASKS.append(weakref.ref(asyncio.current_task()))
+
+
+async def source() -> int:
+    _seen()
+    return 1
+
+
+async def ok(source: int) -> int:
+    _seen()
+    await asyncio.sleep(0)
+    return source
+
+
+async def fails(source: int) -> int:
+    _seen()
+    await asyncio.sleep(0)
+    raise ValueError("fails")
+"""
+
+
+@pytest.mark.parametrize("outputs", [["ok", "fails"], ["fails"]], ids=["tasks", "inline"])
+@pytest.mark.parametrize("mode", ["execute", "open"])
+def test_a_failure_kept_by_the_caller_keeps_no_task_of_the_run_alive(
+    mode: str, outputs: list[str], make_module: Any
+) -> None:
+    # The failure's traceback holds the run's frames, so the run itself stays reachable as
+    # long as the caller keeps the failure (a log handler, a list of errors): the run's
+    # phase task and its attempts' tasks must not stay with it. ``tasks``: the two nodes
+    # run in tasks of their own; ``inline``: the failing node is awaited in the phase's.
+    module = make_module(TASKS_SOURCE)
+    plan = Driver(module).prepare(outputs)
+    kept: list[BaseException] = []
+
+    async def main() -> None:
+        try:
+            if mode == "execute":
+                await plan.execute()
+            else:
+                async with plan.open():
+                    pass  # pragma: no cover - the forward phase fails
+        except Exception as exc:
+            kept.append(exc)
+
+    loop_support.run(main())
+    gc.collect()
+    (failure,) = kept
+    assert failure.__traceback__ is not None
+    # source and an inline node run in the phase's task; the others in tasks of their own.
+    assert len(module.TASKS) == len(outputs) + 1
+    alive = [ref() for ref in module.TASKS if ref() is not None]
+    assert alive == [], f"tasks kept alive by the kept failure: {alive}"

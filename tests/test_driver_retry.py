@@ -445,3 +445,47 @@ async def test_inline_timeouts_stay_per_attempt_along_a_chain() -> None:
     assert len(ran_in) == 3 and len(set(ran_in)) == 1  # inline: all in the forward task
     assert ran_in[0] is not me and coordinator_of(ran_in[0]) == "coordinate"
     assert me is not None and me.cancelling() == 0
+
+
+RETRIED_BESIDE_FINISHED = """
+import asyncio
+from sdax_hamilton import execution
+
+SEEN = []
+
+
+async def src(x: int) -> int:
+    return x
+
+
+async def quick(src: int) -> int:
+    return src + 1
+
+
+@execution(retries=2, initial_delay=0.0, retryable_exceptions=(ConnectionError,))
+async def flaky(src: int, quick: int) -> int:
+    SEEN.append((src, quick))
+    await asyncio.sleep(0)
+    if len(SEEN) < 3:
+        raise ConnectionError("again")
+    return src + quick
+
+
+async def slow(src: int) -> int:
+    await asyncio.sleep(0)
+    return src * 10
+"""
+
+
+async def test_a_retry_gets_the_arguments_of_the_first_attempt_after_its_siblings_finished(
+    make_module: Any,
+) -> None:
+    # A node's arguments are dropped once it has succeeded (what an open run holds,
+    # tests/test_open_memory.py); a node still retrying keeps its own.
+    from sdax_hamilton import Driver
+
+    module = make_module(RETRIED_BESIDE_FINISHED)
+    plan = Driver(module).prepare(["flaky", "slow"])
+    async with plan.open(inputs={"x": 4}) as values:
+        assert values == {"flaky": 9, "slow": 40}
+    assert module.SEEN == [(4, 5)] * 3

@@ -108,10 +108,16 @@ def test_a_run_near_the_recursion_limit_leaves_the_thread_usable(
     async def main() -> Counter[str]:
         return await _sweep(one, normal)
 
-    seen = loop_support.run(main())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seen = loop_support.run(main())
+        gc.collect()
     # The sweep reached the limit (some runs could not start) and runs below it worked;
     # a run that failed part way says so as a run does (never a KeyError of an output).
     assert (seen["RecursionError"] > 0 or EDGE_UNSAFE) and seen["ok"] > 0, seen
+    # A run refused at the limit left no phase coroutine or task behind, never to run.
+    left = [str(w.message) for w in caught if "never awaited" in str(w.message)]
+    assert left == [], left
     assert set(seen) <= {"ok", "RecursionError", "ExecutionError"}, seen
     # A new loop in the same thread: the per-thread helpers were restored.
     loop_support.run(normal())
@@ -381,9 +387,12 @@ def test_a_base_exception_from_user_code_the_driver_calls_releases_everything(
         return None
 
     outcome = loop_support.run(main())
+    # The module outlives the test (the type checker's memo keeps its classes): what was
+    # raised, and the run's frames in its traceback, are this test's only.
+    raised, state.raised = state.raised, []
     # Every acquisition released exactly once, whatever was raised and where.
     assert sorted(state.released) == sorted(state.acquired) == [("conn", 7), ("session", 7)]
-    (hostile,) = state.raised
+    (hostile,) = raised
     if kind in (KeyboardInterrupt, SystemExit):
         # It stops the run as out of a node, and propagates as the primary, itself.
         assert outcome is hostile

@@ -441,6 +441,7 @@ class Calls:
         except BaseException as exc:  # never let anything (KeyboardInterrupt!) escape a task
             self.table.live -= 1
             self.table.post((_RAISED, attempt, exc))
+            del attempt  # exc's traceback holds this frame: not the attempt and its task
         else:
             self.table.live -= 1
             self.table.post((_RETURNED, attempt, value))
@@ -465,6 +466,7 @@ class Calls:
             self.inline_attempt = None
             if attempt.state is _TIMED_OUT:
                 task.uncancel()
+            del task  # exc's traceback holds this frame: not the phase's task
             return True, exc
         self.inline_attempt = None
         if attempt.state is _TIMED_OUT:  # identity: the enum member itself

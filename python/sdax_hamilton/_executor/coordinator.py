@@ -159,6 +159,12 @@ def _phase_task_ends(ctx: PhaseOwner, carrying: bool) -> None:
     calls = ctx._calls
     if calls is not None:
         calls.stop_inline_timer()
+        # The run outlives its phase's task wherever a failure's traceback keeps its
+        # frames: it does not keep the task (and what the task holds) alive with it.
+        try:
+            del calls.task
+        except AttributeError:
+            pass
         if calls.cache is not None:
             calls.cache.close()  # keys it led but did not produce: waiters go on
     if carrying:
@@ -431,4 +437,5 @@ async def _salvage_in_task(ctx: PhaseOwner, exc: BaseException) -> None:
         if not await salvage(ctx, exc):
             abandon(ctx, exc)
     finally:
+        _phase_task_ends(ctx, False)
         ctx._dispose()

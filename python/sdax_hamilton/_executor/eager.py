@@ -52,10 +52,25 @@ def _private_calls() -> tuple[Any, Any, Any] | None:
     return enter, leave, current.get
 
 
+# The frames ``loop.create_task`` needs on 3.11 (Python code before and after the task takes
+# its coroutine and queues its step), with room to spare.
+_TASK_ROOM: Final = 20
+
+
 def _queued_phase_task(
     loop: asyncio.AbstractEventLoop, coordinator: Coroutine[Any, Any, None]
 ) -> asyncio.Task[None]:
-    """The phase's task, its first step queued (public API everywhere)."""
+    """The phase's task, its first step queued (public API everywhere).
+
+    Refused before anything runs when the stack has no room left to make a task: made
+    part-way (a ``RecursionError`` near the limit), it would leave a coroutine never
+    awaited, or a queued step of a run whose caller saw it fail."""
+    if not _core.has_room(_TASK_ROOM):
+        coordinator.close()
+        raise RecursionError(
+            "sdax_hamilton: a run started within a few levels of the recursion limit "
+            f"({sys.getrecursionlimit()}): too deep to start its task, nothing ran"
+        )
     return loop.create_task(coordinator, name=PHASE_TASK_NAME)
 
 
@@ -102,7 +117,7 @@ def _eager_phase_task_311(enter: Any, leave: Any, task_of: Any) -> PhaseTask:
         """
         attrs = getattr(loop, "__dict__", None)
         if attrs is None or "call_soon" in attrs or loop.get_task_factory() is not None:
-            return loop.create_task(coordinator, name=PHASE_TASK_NAME)
+            return _queued_phase_task(loop, coordinator)
         catcher = getattr(catchers, "catcher", None)
         if catcher is None:
             catcher = catchers.catcher = _core.StepCatcher()

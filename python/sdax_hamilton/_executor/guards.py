@@ -396,6 +396,7 @@ class Guards:
         except BaseException as error:  # never let anything escape a task
             table.live -= 1
             table.post((_FELL_BACK, running, (True, error, original)))
+            del running  # error's traceback holds this frame: not the attempt and its task
         else:
             table.live -= 1
             table.post((_FELL_BACK, running, (False, value, original)))

@@ -194,6 +194,7 @@ class Outcomes:
         if check is not None and not self._output_ok(attempt, check, value):
             return True
         self._values[node.name] = value
+        self._calls.kwargs[job.id] = None  # as in ``_succeeded``
         self._report().cache_hit(job.id)
         self._execute(self._run.succeeded(job.id))
         return True
@@ -210,6 +211,9 @@ class Outcomes:
 
     def _succeeded(self, attempt: Attempt) -> None:
         """A forward attempt's value passed its check (and was stored, if cached)."""
+        # No attempt of it will need its arguments again (an open run would otherwise hold
+        # them until it exits).
+        self._calls.kwargs[attempt.id] = None
         if self._watch:
             self._report().attempt_succeeded(attempt.id, attempt.number + 1)
         self._execute(self._run.succeeded(attempt.id))
@@ -313,6 +317,7 @@ class Outcomes:
         the node had returned it."""
         job = attempt.job
         self._values[job.node.name] = value
+        self._calls.kwargs[job.id] = None  # done: as in ``_succeeded``
         self._report().fallback_used(job.id, attempt.number + 1, original)
         self._execute(self._run.succeeded(job.id))
 
