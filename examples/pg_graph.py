@@ -25,7 +25,7 @@ import asyncpg
 import asyncpg.pool
 import asyncpg.transaction
 
-from sdax_hamilton import Acquisition, execution, shutdown
+from sdax_hamilton import Acquisition, CircuitBreaker, execution, shutdown
 
 if TYPE_CHECKING:  # asyncpg's classes are generic for type checkers only
     Connection = asyncpg.Connection[asyncpg.Record]
@@ -53,6 +53,14 @@ RETRYABLE_CONNECTION_ERRORS: tuple[type[Exception], ...] = (
     asyncpg.CannotConnectNowError,  # 57P03: the server is starting up or shutting down
     asyncpg.TooManyConnectionsError,  # 53300: max_connections reached for the moment
 )
+
+
+# Shared by every run of the process (docs/resilience.md): when at least half of the read
+# attempts of the last 10 s (20 at least) failed on the connection, the database is taken
+# to be down, and reads fail at once with CircuitOpen for 2 s instead of each waiting out
+# its timeouts and retries; then one read goes through as a probe. A missing row is not
+# a connection failure (not in the retryable set) and is not counted.
+READS = CircuitBreaker(failure_ratio=0.5, min_calls=20, window=10.0, break_for=2.0, name="pg-reads")
 
 
 class Transaction:
@@ -122,6 +130,7 @@ async def _close_or_terminate(connection: Connection) -> None:
     initial_delay=0.1,
     backoff_factor=2.0,
     retryable_exceptions=RETRYABLE_CONNECTION_ERRORS,
+    breaker=READS,  # CircuitOpen is not retried: the run fails fast after its commit
 )
 async def stored_note(committed: int, dsn: str, application_name: str) -> str:
     """Reads the committed row back, each attempt on a short-lived connection of its own."""

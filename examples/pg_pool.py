@@ -3,14 +3,26 @@
 Use with ``pg_graph``: ``Driver(pg_pool, pg_graph)``, the pool passed as the ``pool`` input
 of every run. The lease is the owned resource; ``connection`` hands its connection to the
 graph. A run waits for a free connection when every one is leased (``pool.acquire``), so a
-pool smaller than the number of concurrent runs only makes runs queue.
+pool smaller than the number of concurrent runs only makes runs queue; the ``POOL``
+bulkhead bounds that queue.
 """
 
 from __future__ import annotations
 
 from pg_graph import Pool, PooledConnection
 
-from sdax_hamilton import Acquisition, execution, shutdown
+from sdax_hamilton import Acquisition, Bulkhead, execution, shutdown
+
+POOL_SIZE = 4  # the pool's max_size: the service builds its pool with it
+
+# Guards the pool for the whole process (docs/resilience.md): at most POOL_SIZE runs wait
+# inside pool.acquire() at once and 4 x POOL_SIZE more queue here, in FIFO order; a request
+# beyond those fails at once with BulkheadFull instead of piling up behind the pool. Its
+# permit covers the lease's call (the wait for a connection), not the time the run then
+# holds the connection: the pool caps that. Only the lease names it. A node that uses the
+# leased connection must not: a run holding a connection would wait for a permit held by
+# runs waiting for that connection.
+POOL = Bulkhead(POOL_SIZE, max_waiting=4 * POOL_SIZE, name="pg-pool")
 
 
 class Lease:
@@ -21,7 +33,7 @@ class Lease:
         self.connection = connection
 
 
-@execution(timeout=30.0)  # the wait for a free connection included
+@execution(timeout=30.0, bulkhead=POOL)  # the wait for a free connection included
 async def lease(pool: Pool, application_name: str) -> Lease:
     leased = await pool.acquire()
     try:

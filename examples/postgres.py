@@ -3,7 +3,8 @@
 python examples/postgres.py postgresql://user@host:5432/database
 
 Creates the ``entries`` table if needed and writes a few rows to it. At startup: one pool
-and two compiled plans. Per request: one run, with its own ``application_name``.
+(as large as the bulkhead that guards it) and two compiled plans. Per request: one run,
+with its own ``application_name``.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ async def handle(pool: pg_graph.Pool, dsn: str, entry_id: int) -> str:
 
 async def main(dsn: str) -> None:
     first = time.time_ns() // 1000  # ids apart from earlier runs of this program
-    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)  # fewer than requests
+    # The pool's size is the one its bulkhead (pg_pool.POOL) is sized to; fewer than requests.
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=pg_pool.POOL_SIZE)
     try:
         async with pool.acquire() as connection:
             await connection.execute(pg_graph.SCHEMA)
-        notes = await asyncio.gather(*(handle(pool, dsn, first + n) for n in range(5)))
+        requests = range(2 * pg_pool.POOL_SIZE)
+        notes = await asyncio.gather(*(handle(pool, dsn, first + n) for n in requests))
         print("pooled runs read back:", notes)
 
         # The same id again: the duplicate key is not retried, the transaction is rolled
@@ -56,6 +59,10 @@ async def main(dsn: str) -> None:
         except ExecutionError as error:
             print("duplicate:", *(type(leaf).__name__ for leaf in error.exceptions))
         print("pool connections:", pool.get_size(), "idle:", pool.get_idle_size())
+        print(
+            f"{pg_pool.POOL.name}: {pg_pool.POOL.in_use} in use, {pg_pool.POOL.waiting} waiting;",
+            f"{pg_graph.READS.name}: {pg_graph.READS.state}",
+        )
     finally:
         await pool.close()
 

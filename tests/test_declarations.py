@@ -58,11 +58,11 @@ def test_signatures_are_keyword_only_with_documented_defaults() -> None:
         "retry_after": None,
     }
     guards = ["bulkhead", "breaker", "fallback"]  # execution only (docs/resilience.md)
-    for factory, extra, more in ((execution, [], guards), (shutdown, ["of"], [])):
+    for factory, extra, more in ((execution, [], [*guards, "in_thread"]), (shutdown, ["of"], [])):
         params = inspect.signature(factory).parameters
         assert list(params) == [*extra, *expected, *more]
         for name in more:
-            assert params[name].default is None
+            assert params[name].default is (False if name == "in_thread" else None)
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
         for name, default in expected.items():
             assert params[name].default == default

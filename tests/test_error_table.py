@@ -120,6 +120,15 @@ trigger("target-type")(lambda: E(target_=5))
 trigger("shutdown-of")(lambda: S(of=5))
 trigger("shared-object-type")(lambda: E(bulkhead=ANY or 2))
 trigger("shared-object-value")(lambda: sdax_hamilton.Bulkhead(0))
+trigger("in-thread-type")(lambda: E(in_thread=1))
+
+
+@trigger("in-thread-async")
+def _() -> object:
+    async def fetch() -> int:
+        return 1
+
+    return E(in_thread=True)(fetch)
 
 
 @trigger("conflicting-declaration")
@@ -166,6 +175,8 @@ trigger("hamilton-edge")(
     )
 )
 trigger("duplicate-node")(lambda: Driver(_module(UNTIL), _module(UNTIL)))
+trigger("driver-executor")(lambda: D(_module(UNTIL), executor=object()))
+trigger("driver-module-overrides")(lambda: D(_module(UNTIL), allow_module_overrides=1))
 
 RELEASE = """
 from sdax_hamilton import Acquisition, shutdown

@@ -760,3 +760,122 @@ def a(v: int) -> int:
     assert loop_support.run(plan.execute(inputs={"v": 1, "k": 2})) == {"a": 6}
     with pytest.raises(TypeError, match=r"input 'k' expects int, got float"):
         loop_support.run(plan.execute(inputs={"v": 1, "k": 2.0}))
+
+
+# ------------------------------------------------------------------ step parameters on one source
+
+STEPS = """
+def _add(v: int, amount: int{add_default}) -> int:
+    return v + amount
+
+def _scale(v: int, factor: int{scale_default}) -> int:
+    return v * factor
+
+@{decorator}(step(_add, amount=source("k")), step(_scale, factor=source("k")))
+def a(v: int) -> int:
+    return v
+"""
+
+
+def steps_module(make_module: Any, decorator: str, add: str, scale: str) -> Any:
+    return make_module(
+        HEADER + STEPS.format(decorator=decorator, add_default=add, scale_default=scale)
+    )
+
+
+def hamilton_result(mod: Any, outputs: list[str], inputs: dict[str, Any]) -> dict[str, Any]:
+    from hamilton import driver as hamilton_driver  # type: ignore[import-untyped]
+
+    return dict(hamilton_driver.Builder().with_modules(mod).build().execute(outputs, inputs=inputs))
+
+
+@pytest.mark.parametrize("decorator", ["pipe_input", "pipe_output"])
+def test_identical_step_defaults_keep_a_merged_source_optional(
+    make_module: Any, decorator: str
+) -> None:
+    mod = steps_module(make_module, decorator, " = 3", " = 3")
+    plan = Driver(mod).prepare(["a"])
+    assert "k" not in plan.required_inputs
+    ours = loop_support.run(plan.execute(inputs={"v": 1}))
+    assert ours == {"a": 12} == hamilton_result(mod, ["a"], {"v": 1})
+    # declared optional, a supplied k reaches every step
+    optional = Driver(mod).prepare(["a"], optional_inputs=["k"])
+    assert set(optional.required_inputs["k"]) == {int}
+    assert loop_support.run(optional.execute(inputs={"v": 1, "k": 2})) == {"a": 6}
+    assert hamilton_result(mod, ["a"], {"v": 1, "k": 2}) == {"a": 6}
+
+
+@pytest.mark.parametrize("decorator", ["pipe_input", "pipe_output"])
+def test_conflicting_step_defaults_on_one_source_are_refused(
+    make_module: Any, decorator: str
+) -> None:
+    mod = steps_module(make_module, decorator, " = 1", " = 2")
+    with pytest.raises(ValueError) as info:
+        Driver(mod)
+    for part in ("node 'a'", "'amount'", "'factor'", "source 'k'", "different defaults"):
+        assert part in str(info.value)
+
+
+@pytest.mark.parametrize("decorator", ["pipe_input", "pipe_output"])
+def test_one_step_default_leaves_the_merged_source_required(
+    make_module: Any, decorator: str
+) -> None:
+    mod = steps_module(make_module, decorator, " = 1", "")
+    plan = Driver(mod).prepare(["a"])
+    assert plan.required_inputs["k"] == (int,)
+    assert loop_support.run(plan.execute(inputs={"v": 1, "k": 5})) == {"a": 30}
+    assert hamilton_result(mod, ["a"], {"v": 1, "k": 5}) == {"a": 30}
+
+
+@pytest.mark.parametrize("decorator", ["pipe_input", "pipe_output"])
+def test_an_override_of_the_source_reaches_every_step(make_module: Any, decorator: str) -> None:
+    mod = steps_module(make_module, decorator, " = 3", " = 3")
+    mod_k = make_module(HEADER + "def k() -> int:\n    return 1\n")
+    plan = Driver(mod, mod_k).prepare(["a"], override_nodes=["k"])
+    assert loop_support.run(plan.execute(inputs={"v": 1}, overrides={"k": 4})) == {"a": 20}
+    from hamilton import driver as hamilton_driver
+
+    hamilton = hamilton_driver.Builder().with_modules(mod, mod_k).build()
+    assert hamilton.execute(["a"], inputs={"v": 1}, overrides={"k": 4}) == {"a": 20}
+    with pytest.raises(TypeError, match=r"override 'k' expects int, got str"):
+        loop_support.run(plan.execute(inputs={"v": 1}, overrides={"k": "4"}))
+    produced = Driver(mod, mod_k).prepare(["a"])
+    assert loop_support.run(produced.execute(inputs={"v": 1})) == {"a": 2}
+
+
+@pytest.mark.parametrize("decorator", ["pipe_input", "pipe_output"])
+def test_a_step_source_nobody_supplies_is_completed_with_its_default(
+    make_module: Any, decorator: str
+) -> None:
+    mod = make_module(
+        HEADER
+        + f"""
+def _add(v: int, amount: int = 4) -> int:
+    return v + amount
+
+@{decorator}(step(_add, amount=source("k")))
+def a(v: int) -> int:
+    return v
+"""
+    )
+    plan = Driver(mod).prepare(["a"])
+    assert set(plan.required_inputs) == {"v"}
+    assert loop_support.run(plan.execute(inputs={"v": 5})) == {"a": 9}
+    assert hamilton_result(mod, ["a"], {"v": 5}) == {"a": 9}
+
+
+def test_a_bound_parameter_with_a_default_is_completed_with_it(make_module: Any) -> None:
+    mod = make_module(
+        HEADER
+        + """
+@inject(b=source("k"))
+def a(b: int = 3) -> int:
+    return b * 2
+"""
+    )
+    plan = Driver(mod).prepare(["a"])
+    assert plan.required_inputs == {}
+    assert loop_support.run(plan.execute()) == {"a": 6}
+    assert loop_support.run(
+        Driver(mod).prepare(["a"], optional_inputs=["k"]).execute(inputs={"k": 5})
+    ) == {"a": 10}

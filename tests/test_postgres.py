@@ -17,6 +17,7 @@ CI runs a few hundred runs per connection source; ``SDAX_PG_RUNS=5000`` runs tha
 from __future__ import annotations
 
 import asyncio
+import importlib
 import os
 import random
 import sys
@@ -44,7 +45,7 @@ import pg_connect
 import pg_graph
 import pg_pool
 
-from sdax_hamilton import Driver, ExecutionError, RunEvent, failures
+from sdax_hamilton import CircuitOpen, Driver, ExecutionError, RunEvent, failures
 
 RUNS = int(os.environ.get("SDAX_PG_RUNS", "300"))
 SEED = int(os.environ.get("SDAX_PG_SEED", "20261201"))
@@ -137,6 +138,22 @@ def dsn(server: Server) -> str:
 
     loop_support.run(create())
     return server.dsn
+
+
+@pytest.fixture(autouse=True)
+def fresh_guards() -> Iterator[None]:
+    """Each test gets the examples' bulkhead and breaker as a fresh process has them.
+
+    They are module-level objects shared by every run of the process (pg_pool.POOL,
+    pg_graph.READS): without this, a test that injects failures would leave the breaker's
+    window (or an open breaker) to the tests after it. Reloading the modules builds new
+    ones, and the nodes the next ``Driver`` compiles name those.
+    """
+    importlib.reload(pg_graph)
+    importlib.reload(pg_pool)
+    yield
+    # Nothing a test started is still holding or waiting for a permit.
+    assert (pg_pool.POOL.in_use, pg_pool.POOL.waiting) == (0, 0)
 
 
 # ---------------------------------------------------------------- the database as judge
@@ -348,7 +365,8 @@ class Campaign:
         before = asyncio.all_tasks()
         self.judge = await Judge.open(self.dsn)
         if self.source == "pool":
-            self.pool_size = max(2, self.concurrency // 4)  # fewer than the concurrent runs
+            self.pool_size = pg_pool.POOL_SIZE  # what its bulkhead is sized to
+            assert self.pool_size < self.concurrency  # runs queue for a connection
             self.pool = await asyncpg.create_pool(
                 self.dsn,
                 min_size=1,
@@ -482,6 +500,14 @@ class Campaign:
                 problems.append(f"commit never started but {rows} rows")
             if commit_started:
                 tally.ambiguous_commits[f"{rows} row"] += 1
+            if result.error is not None and any(
+                isinstance(leaf, CircuitOpen) for leaf in leaves(result.error)
+            ):
+                # The faults made most reads fail and the reads' breaker opened: the run
+                # failed fast after its commit, which stands.
+                tally.faults["run failed fast on the open reads breaker"] += 1
+                if rows != 1:
+                    problems.append(f"failed on the open breaker after its commit, {rows} rows")
             if rows > 1:
                 problems.append(f"{rows} rows")
             problems += self.judge_error(result)
@@ -507,6 +533,12 @@ class Campaign:
         tally.faults["retries of the read"] += result.observed.count(
             "retry_scheduled", "stored_note"
         )
+        queued = result.observed.count("bulkhead_waiting", "lease")
+        if queued:
+            tally.faults["lease queued at the pool's bulkhead"] += queued
+        rejected = [e.node for e in result.observed.events if e.kind.endswith("_rejected")]
+        if any(node != "stored_note" for node in rejected):
+            problems.append(f"attempts rejected by a guard: {rejected}")
         if problems:
             trace = " ".join(
                 f"{e.kind}:{e.node}{':' + type(e.error).__name__ if e.error else ''}"
@@ -532,6 +564,8 @@ class Campaign:
         for leaf in found:
             self.tally.errors[type(leaf).__name__] += 1
             if isinstance(leaf, INJECTED_FAILURES) or (terminated and connection_lost(leaf)):
+                continue
+            if isinstance(leaf, CircuitOpen):  # the reads' breaker, checked in check()
                 continue
             if isinstance(leaf, BodyFailure) and result.cancelled and result.body_reached:
                 # the body failed, then the caller was cancelled during cleanup: its
@@ -634,6 +668,8 @@ async def test_campaign_the_database_finds_nothing_left(dsn: str, source: str) -
     assert tally.returned > 0 and tally.failed > 0
     assert tally.faults["duplicate key"] > 0
     assert any(k.startswith("backend terminated (run") for k in tally.faults)
+    if source == "pool":
+        assert tally.faults["lease queued at the pool's bulkhead"] > 0
     if RUNS >= 100:
         assert tally.cancelled > 0
         assert tally.faults["table locked 1.5 s"] > 0
@@ -771,13 +807,67 @@ async def test_runs_queue_for_a_pool_smaller_than_their_number(dsn: str) -> None
     judge, pool = await Judge.open(dsn), await _source(dsn, "pool")  # max_size=2
     try:
         plan = _plan("pool")
-        runs = [_inputs(dsn, pool) for _ in range(10)]
-        results = await asyncio.gather(*(plan.execute(inputs=inputs) for inputs in runs))
+        runs = [_inputs(dsn, pool) for _ in range(3 * pg_pool.POOL_SIZE)]
+        observed = [Observed() for _ in runs]
+        results = await asyncio.gather(
+            *(plan.execute(inputs=i, observer=o) for i, o in zip(runs, observed, strict=True))
+        )
         assert results == [{"stored_note": inputs["note"]} for inputs in runs]
+        # POOL_SIZE leases waited inside pool.acquire(), the others in the bulkhead's queue.
+        assert sum(o.count("bulkhead_waiting", "lease") for o in observed) > 0
         for inputs in runs:
             assert await judge.rows(inputs["note"]) == 1
             assert (await judge.sessions_gone(inputs["application_name"]))[0] == []
         assert pool.get_size() <= 2
+    finally:
+        await pool.close()
+        await judge.close()
+
+
+def _refusing_dsn(dsn: str) -> str:
+    """``dsn`` with the port of a loopback socket nobody listens on: connecting is refused."""
+    import socket
+    from urllib.parse import urlsplit
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    parts = urlsplit(dsn)
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.port}", f":{free}")).geturl()
+
+
+async def test_reads_that_cannot_connect_open_the_breaker_and_runs_fail_fast(dsn: str) -> None:
+    """The reads' breaker (pg_graph.READS) opens when the readers cannot connect; later runs
+    commit, fail at once with CircuitOpen instead of retrying, and leave nothing behind; once
+    the readers can connect again, the breaker's probe closes it."""
+    judge, pool = await Judge.open(dsn), await _source(dsn, "pool")
+    try:
+        plan = _plan("pool")
+        refusing = _refusing_dsn(dsn)  # the pool connects to dsn, the readers to this
+        failing = [_inputs(refusing, pool) for _ in range(4)]
+        outcomes = await asyncio.gather(
+            *(plan.execute(inputs=inputs) for inputs in failing), return_exceptions=True
+        )
+        # 4 runs x 5 refused attempts: 20 outcomes, all failures.
+        assert all(isinstance(o, ExecutionError) for o in outcomes), outcomes
+        assert pg_graph.READS.state == "open"
+
+        inputs, observed = _inputs(refusing, pool), Observed()
+        with pytest.raises(ExecutionError) as raised:
+            await plan.execute(inputs=inputs, observer=observed)
+        [leaf] = leaves(raised.value)
+        assert isinstance(leaf, CircuitOpen) and leaf.breaker is pg_graph.READS
+        assert 0 < leaf.retry_after <= 2.0
+        assert observed.count("circuit_rejected", "stored_note") == 1
+        assert observed.count("attempt_started", "stored_note") == 1  # rejected: no call, no retry
+        for run in [*failing, inputs]:
+            assert await judge.rows(run["note"]) == 1  # committed before the read
+            assert (await judge.sessions_gone(run["application_name"]))[0] == []
+
+        await asyncio.sleep(leaf.retry_after)
+        healthy = _inputs(dsn, pool)
+        assert await plan.execute(inputs=healthy) == {"stored_note": healthy["note"]}
+        assert pg_graph.READS.state == "closed"
     finally:
         await pool.close()
         await judge.close()
@@ -814,14 +904,15 @@ def test_the_example_program_runs_against_the_server(dsn: str) -> None:
     assert ran.returncode == 0, ran.stderr
     lines = ran.stdout.splitlines()
     assert lines[0].startswith("pooled runs read back: ['request ")
-    assert lines[0].count("request") == 5
+    assert lines[0].count("request") == 2 * pg_pool.POOL_SIZE
     assert lines[1:] == [
         "duplicate: UniqueViolationError",
         lines[2],  # the pool's size depends on timing; at most its max_size
+        "pg-pool: 0 in use, 0 waiting; pg-reads: closed",
         "dedicated run read back: on a connection of its own",
     ]
     size, idle = (int(word) for word in lines[2].split() if word.isdigit())
-    assert 1 <= size <= 2 and idle == size  # every leased connection came back
+    assert 1 <= size <= pg_pool.POOL_SIZE and idle == size  # every leased connection came back
 
     async def sessions() -> list[str]:
         judge = await Judge.open(dsn)

@@ -300,3 +300,86 @@ def final(df: ps.DataFrame) -> ps.DataFrame:
 """
     )
     refused(mod, "loader or saver")
+
+
+def test_loader_and_saver_not_connected_to_a_lazy_value_are_accepted(
+    graph: Callable[..., Any], spark: ps.SparkSession, tmp_path: Any
+) -> None:
+    settings = tmp_path / "settings.json"
+    settings.write_text('{"factor": 10}')
+    saved = tmp_path / "summary.json"
+    mod = graph(
+        f"""
+        from hamilton.function_modifiers import load_from, save_to, value
+
+        @load_from.json(path=value({str(settings)!r}), inject_="settings")
+        def scaled(settings: dict, final: ps.DataFrame) -> ps.DataFrame:
+            return final.withColumn("scaled", final["b"] * settings["factor"])
+
+        def scaled_rows(scaled: ps.DataFrame) -> list:
+            return sorted(tuple(row) for row in scaled.collect())
+
+        @save_to.json(path=value({str(saved)!r}), output_name_="summary_saved")
+        def summary(scaled_rows: list) -> dict:
+            return {{"rows": len(scaled_rows)}}
+
+        @dataloader()
+        def labels() -> tuple[dict, dict]:
+            return {{"unit": "m"}}, {{}}
+
+        @datasaver()
+        def labels_written(labels: dict, rows: list) -> dict:
+            return {{"labels": len(labels), "rows": len(rows)}}
+        """
+    )
+    plan = Driver(mod).prepare(["scaled_rows", "summary_saved", "labels_written"])
+    result = loop_support.run(plan.execute(inputs={"spark": spark}))
+    assert result["scaled_rows"] == [(1, 3, 2, 6, 60), (2, 4, 3, 12, 120)]
+    assert result["labels_written"] == {"labels": 1, "rows": 2}
+    assert saved.read_text().replace(" ", "") == '{"rows":2}'
+
+
+@pytest.mark.parametrize(
+    "decorator",
+    [
+        "@dataloader()",
+        '@load_from.json(path=value("/nonexistent/settings.json"), inject_="settings")',
+        '@save_to.json(path=value("/nonexistent/out.json"), output_name_="written")',
+    ],
+)
+def test_io_decorator_on_a_column_function_is_refused_before_anything_loads(
+    module: Callable[[str], types.ModuleType], decorator: str
+) -> None:
+    columns = module(
+        """
+        import pandas as pd
+        from hamilton import htypes
+        from hamilton.function_modifiers import dataloader, datasaver, load_from, save_to, value
+
+        RAN = []
+        Column = htypes.column[pd.Series, int]
+
+        def a(a_raw: Column) -> Column:
+            return a_raw + 1
+
+        {decorator}
+        def b(a: Column, settings: dict) -> tuple[Column, dict]:
+            RAN.append("b")
+            return a, {{}}
+        """.replace("{decorator}", decorator).replace("{{}}", "{}")
+    )
+    mod = module(
+        HEADER
+        + f"""
+import {columns.__name__} as columns
+
+def initial(spark: SparkSession) -> ps.DataFrame:
+    return spark.createDataFrame(pd.DataFrame({{"a_raw": [1], "b_raw": [2]}}))
+
+@h_spark.with_columns(columns.a, columns.b, columns_to_pass=["a_raw", "b_raw"])
+def final(initial: ps.DataFrame) -> ps.DataFrame:
+    return initial
+"""
+    )
+    refused(mod, ".b: Hamilton I/O decorator", "column function of h_spark.with_columns")
+    assert columns.RAN == []

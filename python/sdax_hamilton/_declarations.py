@@ -9,6 +9,7 @@ same object, so direct calls and static types are unchanged. The Hamilton transl
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, Final, Generic, TypeVar, cast, final
@@ -152,6 +153,9 @@ class ExecutionDeclaration:
     bulkhead: Bulkhead | None = None
     breaker: CircuitBreaker | None = None
     fallback: Fallback | None = None
+    in_thread: bool = False
+    """Each attempt runs the (sync) function in a worker thread (docs/lifecycle.md,
+    "Blocking functions")."""
 
 
 def _guards(
@@ -219,6 +223,7 @@ def execution(
     bulkhead: Bulkhead | None = None,
     breaker: CircuitBreaker | None = None,
     fallback: Fallback | None = None,
+    in_thread: bool = False,
 ) -> Callable[[_F], _F]:
     """Attach a forward attempt policy to a Hamilton function (docs/contract.md#declarations).
 
@@ -231,7 +236,13 @@ def execution(
 
     ``bulkhead``, ``breaker`` (shared by every run naming them) and ``fallback(exc)`` (the
     node's value when it has failed for good): docs/resilience.md.
+
+    ``in_thread=True`` runs each attempt of a sync function in a worker thread (the
+    Driver's ``executor``), so a blocking call does not stall the event loop; an async
+    function is a ``TypeError`` (docs/lifecycle.md, "Blocking functions").
     """
+    if type(in_thread) is not bool:
+        raise TypeError(f"in_thread must be True or False, not {type(in_thread).__name__}")
     policy = _policy(
         timeout=timeout,
         retries=retries,
@@ -243,9 +254,15 @@ def execution(
     )
     guards = _guards(bulkhead, breaker, fallback)
     target = _targets(target_)
-    declaration = ExecutionDeclaration(policy, target, *guards)
+    declaration = ExecutionDeclaration(policy, target, *guards, in_thread=in_thread)
 
     def decorate(fn: _F) -> _F:
+        if in_thread and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
+            raise TypeError(
+                f"execution(in_thread=True) on async function {_name(fn)}: a worker "
+                "thread runs sync functions only; an async function already leaves the "
+                "loop free while it awaits, so drop in_thread"
+            )
         _check_unclaimed(fn, "execution")
         setattr(fn, DECLARATION_ATTR, declaration)
         return fn

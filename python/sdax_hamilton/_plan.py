@@ -32,11 +32,14 @@ from ._executor import (
     carrier_of,
     open_run,
 )
+from ._executor.threads import in_thread
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
 from ._types import accepts, checker, compatible, describe, mismatch, split_check, validate_type
 
 if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
     from ._adapters import Adapters
     from ._hamilton.caching import Cache
     from ._resilience import RetryBudget
@@ -527,6 +530,7 @@ def build_plan(
     adapters: Adapters | None = None,
     retry_budget: RetryBudget | None = None,
     cache: Cache | None = None,
+    executor: Executor | None = None,
 ) -> PreparedPlan:
     """Validate a selection and compile it into a ``PreparedPlan`` (docs/api.md,
     "prepare")."""
@@ -561,6 +565,7 @@ def build_plan(
         consumed=consumed,
         check_outputs=check_outputs,
         seed=seed,
+        executor=executor,
     )
     if adapters is not None:  # node hooks around every call (docs/adapters.md)
         program = replace(program, runtimes=adapters.wrap(program.runtimes), adapters=adapters)
@@ -769,6 +774,7 @@ def _program(
     consumed: _Consumed,
     check_outputs: bool,
     seed: int | None,
+    executor: Executor | None = None,
 ) -> _Program:
     """The compiled, immutable part of the plan."""
     active = core_plan.nodes
@@ -776,7 +782,8 @@ def _program(
     replaced = frozenset(config_replaced) | frozenset(overridden)
     active_set = frozenset(active)
     runtimes = tuple(
-        _runtime(nodes[name], nodes, config, required, active_set, check_outputs) for name in active
+        _runtime(nodes[name], nodes, config, required, active_set, check_outputs, executor)
+        for name in active
     )
     resource_outputs = tuple(
         name
@@ -849,6 +856,7 @@ def _runtime(
     required: Collection[str],
     active: Collection[str],
     check_outputs: bool,
+    executor: Executor | None = None,
 ) -> NodeRuntime:
     args: list[tuple[str, str]] = []
     defaults: dict[str, Any] = {}
@@ -870,7 +878,7 @@ def _runtime(
     return NodeRuntime(
         name=spec.name,
         origin=spec.origin,
-        call=spec.call,
+        call=in_thread(spec.call, executor) if spec.in_thread else spec.call,
         args=tuple(args),
         defaults=MappingProxyType(defaults) if defaults else _NO_DEFAULTS,
         input_checks=tuple(input_checks),

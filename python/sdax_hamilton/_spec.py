@@ -84,3 +84,5 @@ class NodeSpec:
     """Shared circuit breaker (docs/resilience.md)."""
     fallback: Callable[[BaseException], Any] | None = None
     """Called with the failure when the node has failed for good (docs/resilience.md)."""
+    in_thread: bool = False
+    """Each attempt runs ``call`` in a worker thread (``execution(in_thread=True)``)."""

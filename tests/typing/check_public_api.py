@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, assert_type
 
 from sdax_hamilton import (
@@ -45,6 +46,14 @@ async def fetch(connection: Connection, *, limit: int = 10) -> list[str]:
 @execution(retries=1)
 def parse(raw: str) -> int:
     return int(raw)
+
+
+@execution(in_thread=True, timeout=2.0)
+def checksum(raw: str) -> int:
+    return len(raw)
+
+
+assert_type(checksum("abc"), int)  # a direct call stays a sync call
 
 
 def retry_after_header(exc: BaseException) -> float | None:
@@ -104,6 +113,10 @@ async def plans(module: types.ModuleType) -> None:
     hooked = Driver(module, adapters=[object()]).prepare(["fetch"])  # any adapter objects
     assert_type(hooked, PreparedPlan)
     Driver(module, adapters=None)
+    Driver(module, allow_module_overrides=True, executor=ThreadPoolExecutor(4))
+    Driver(module, executor=None)
+    Driver(module, executor=4)  # type: ignore[arg-type]
+    execution(in_thread="yes")  # type: ignore[arg-type]
 
     seen: list[RunEvent] = []
     report = RunReport()

@@ -32,6 +32,8 @@ PARAMETERIZE_INTERNALS = frozenset(
         "former_inputs",
     }
 )
+# The name a step's chained (first) parameter is bound to while its bindings are read.
+_CHAINED = "__sdax_chained__"
 # ``parameterize_extract_columns`` wraps the function again, with this keyword.
 EXTRACT_INTERNALS = frozenset({"_output_columns"})
 
@@ -144,6 +146,27 @@ def sources_of(modifier: Any, node_: Any) -> dict[str, dict[str, tuple[Bound, ..
     return found
 
 
+def step_sources(applicable: Any, step_node: Any) -> dict[str, tuple[Bound, ...]]:
+    """Source -> the parameter of a pipeline step bound to it (``step(fn, p=source(...))``),
+    with the step function's default for that parameter."""
+    try:
+        upstream, _literal = applicable.bind_function_args(_CHAINED)
+    except TypeError:
+        return {}  # Hamilton reports bindings the step function cannot take itself
+    defaults = step_node.default_parameter_values
+    found: dict[str, tuple[Bound, ...]] = {}
+    for parameter, source in upstream.items():
+        declared = step_node.input_types.get(source)
+        if source == _CHAINED or declared is None:
+            continue
+        found[source] = (
+            Bound(parameter, declared[0], True, defaults[parameter])
+            if parameter in defaults
+            else Bound(parameter, declared[0], False),
+        )
+    return found
+
+
 def merged_default(node: str, source: str, bound: tuple[Bound, ...]) -> tuple[bool, Any]:
     """Whether the input ``source`` has a default, and which: only when every parameter
     bound to it has one and they are the same; different defaults are an error."""
@@ -179,7 +202,7 @@ def check_steps(transforms: Iterable[Any], config: Mapping[str, Any], node: str,
             continue  # a step config disables is not part of the graph
         fn = applicable.fn
         try:
-            upstream, literal = applicable.bind_function_args("__sdax_chained__")
+            upstream, literal = applicable.bind_function_args(_CHAINED)
         except TypeError:
             continue  # Hamilton reports bindings the step function cannot take itself
         found = hints(fn)

@@ -23,6 +23,9 @@ class Discovered:
     declarations: tuple[FunctionType, ...]
     """Roots and nested declarations, in discovery order."""
     releases: tuple[FunctionType, ...]
+    helpers: tuple[FunctionType, ...] = ()
+    """Pipeline step functions carrying an ``execution`` or a ``shutdown``: the step nodes
+    calling one are calls of it (docs/contract.md#discovery)."""
 
 
 def module_functions(module: ModuleType) -> list[FunctionType]:
@@ -31,11 +34,11 @@ def module_functions(module: ModuleType) -> list[FunctionType]:
     loaded(module)
     found: list[FunctionType] = []
     seen: set[int] = set()
-    for _name, fn in graph_utils.find_functions(module):
+    for found_as, fn in graph_utils.find_functions(module):
         if id(fn) in seen:
             continue
         seen.add(id(fn))
-        check_defining_module(fn)
+        check_defining_module(fn, found_as)
         found.append(fn)
     return found
 
@@ -61,7 +64,12 @@ def discover(modules: Iterable[ModuleType]) -> Discovered:
                 f"Shutdown {origin(release)} is declared for {origin(owner)}, which is "
                 "not a node of this Driver; pass the module defining it to Driver(...) too"
             )
-    return Discovered(tuple(roots), declarations, tuple(releases.values()))
+    helpers = tuple(
+        child for fn in declarations for child in step_helpers(fn) if id(child) in reached
+    )
+    return Discovered(
+        tuple(roots), declarations, tuple(releases.values()), tuple(dict.fromkeys(helpers))
+    )
 
 
 def _roots(modules: Iterable[ModuleType]) -> tuple[list[FunctionType], list[FunctionType]]:
@@ -113,8 +121,27 @@ def _visit(fn: FunctionType, reached: dict[int, FunctionType], active: set[int])
     active.discard(id(fn))
 
 
+def step_helpers(fn: FunctionType) -> list[FunctionType]:
+    """The functions of ``fn``'s pipeline steps (``pipe_input``, ``pipe_output``,
+    ``mutate``) that carry an ``execution`` or a ``shutdown`` declaration."""
+    if LIFECYCLE_SET.isdisjoint(fn.__dict__):
+        return []
+    found: list[FunctionType] = []
+    for _lifecycle, modifier in admitted.modifiers(fn):
+        if admitted.admitted_kind(type(modifier)) not in ("pipe_input", "pipe_output"):
+            continue
+        for applicable in getattr(modifier, "transforms", ()):
+            step_fn = getattr(applicable, "fn", None)
+            if isinstance(step_fn, FunctionType) and (
+                declaration(step_fn) is not None or shutdowns_of(step_fn)
+            ):
+                found.append(step_fn)
+    return found
+
+
 def nested(fn: FunctionType) -> list[FunctionType]:
-    """Functions a ``subdag``/``parameterized_subdag``/``with_columns`` resolves."""
+    """Functions a ``subdag``/``parameterized_subdag``/``with_columns`` resolves, and the
+    pipeline step functions carrying a declaration."""
     if LIFECYCLE_SET.isdisjoint(fn.__dict__):
         return []
     recursive = admitted.fm("recursive")
@@ -136,6 +163,8 @@ def nested(fn: FunctionType) -> list[FunctionType]:
                     f"{origin(fn)}: subdag source {type(source).__name__} is not a Python "
                     "function; pass the subdag's functions or modules"
                 )
-            check_defining_module(source)
+            # Subdag functions need not be module attributes: Hamilton's reuse pattern
+            # defines them inside a function that returns them (docs/contract.md#discovery).
             found.append(source)
+    found.extend(step_helpers(fn))
     return found

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
 from types import MappingProxyType, ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +86,13 @@ class Driver:
     The Driver is a snapshot: declarations are copied when it is built, so rebinding module
     attributes afterwards does not change it. Build another Driver to change declarations.
 
+    ``allow_module_overrides``: ``True`` lets a later module's function replace an earlier
+    module's function of the same name, as Hamilton's ``Builder.allow_module_overrides()``
+    (``False``: two nodes of one name are a ``ValueError``).
+
+    ``executor``: the ``concurrent.futures.Executor`` whose threads run the attempts of
+    ``execution(in_thread=True)`` nodes (``None``: the event loop's default executor).
+
     ``adapters``: Hamilton lifecycle adapters (progress bars, tracers, the Hamilton UI's
     tracker); their hooks run around every run and every attempt of its plans, and those
     that would replace execution or the result are refused (docs/adapters.md).
@@ -106,6 +114,8 @@ class Driver:
         adapters: Sequence[object] | None = None,
         retry_budget: RetryBudget | None = None,
         cache: object = None,
+        allow_module_overrides: bool = False,
+        executor: Executor | None = None,
     ) -> None:
         values = _config(config)
         self._retry_budget = _retry_budget(retry_budget)
@@ -113,12 +123,28 @@ class Driver:
         unique = _modules(modules)
         # Hamilton lifecycle adapters (docs/adapters.md): checked first, build hooks run here.
         accepted = check_adapters(adapters)
+        if not isinstance(allow_module_overrides, bool):
+            raise TypeError(
+                "allow_module_overrides must be True or False, not "
+                f"{_messages.type_name(allow_module_overrides)}"
+            )
+        if executor is not None and (
+            not isinstance(executor, Executor) or isinstance(executor, ProcessPoolExecutor)
+        ):
+            raise TypeError(
+                "executor must be a concurrent.futures.Executor running calls in threads of "
+                "this process (e.g. a ThreadPoolExecutor) or None for the event loop's "
+                f"default executor, not {_messages.type_name(executor)}"
+            )
+        self._executor = executor
         hamilton_nodes: dict[str, Any] | None = None
         if accepted:
             pre_do_anything(accepted)
         if accepted or cache is not None:
             hamilton_nodes = {}
-        self._nodes = translate(unique, values, hamilton_nodes)
+        self._nodes = translate(
+            unique, values, hamilton_nodes, allow_module_overrides=allow_module_overrides
+        )
         _check_fallbacks(self._nodes)
         self._cache: Cache | None = None
         if cache is not None:
@@ -161,4 +187,5 @@ class Driver:
             adapters=self._adapters,
             retry_budget=self._retry_budget,
             cache=self._cache,
+            executor=self._executor,
         )

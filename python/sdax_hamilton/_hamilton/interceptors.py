@@ -38,8 +38,20 @@ _POWER_USER_MODE = "hamilton.enable_power_user_mode"
 class Resolver:
     """Expands declarations with Hamilton's lifecycle, recording each node's provenance."""
 
-    def __init__(self, facts: dict[int, Facts]) -> None:
+    def __init__(self, facts: dict[int, Facts], helpers: Iterable[FunctionType] = ()) -> None:
         self.facts = facts
+        # A step's function is resolved as a clone sharing code and closure with the
+        # user's function (snapshot.clone): that pair finds the helper it copies.
+        self.helpers: dict[tuple[int, int], FunctionType] = {
+            (id(fn.__code__), id(fn.__closure__)): fn for fn in helpers
+        }
+
+    def helper_of(self, fn: Any) -> FunctionType | None:
+        """The step function carrying a declaration that ``fn`` is a copy of, if any."""
+        if not self.helpers or not isinstance(fn, FunctionType):
+            return None
+        found = self.helpers.get((id(fn.__code__), id(fn.__closure__)))
+        return found if found is not None and found.__code__ is fn.__code__ else None
 
     def resolve(
         self, fn: FunctionType, config: dict[str, Any], mount: tuple[str, ...]
@@ -164,21 +176,45 @@ def _save_to(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
     _transform(modifier, res, IO)
 
 
-def _pipe_input(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
+def _pipe_input(resolver: Resolver, modifier: Any, res: Resolution) -> None:
     original = modifier.inject_nodes
+    original_mapping = modifier._create_valid_parameters_transforms_mapping
+    mapped: list[dict[str, list[Any]]] = []
+
+    def create_mapping(mapping: Any, fn: Any, params: Any) -> Any:
+        found = original_mapping(mapping=mapping, fn=fn, params=params)
+        mapped.append(found)
+        return found
 
     def inject_nodes(params: Any, config: dict[str, Any], fn: Any) -> Any:
         bindings.check_steps(modifier.transforms, config, fn.__name__, "step(...) in @pipe_input")
+        mapped.clear()
         nodes, renames = original(params, config, fn)
         for produced in nodes:
             res.roles[produced.name] = res.made(ALIAS)
+        # each target parameter's chain holds the steps the configuration enables, in order
+        steps = [
+            applicable
+            for transforms in (mapped[-1].values() if mapped else ())
+            for applicable in transforms
+            if applicable.resolves(config)
+        ]
+        _step_sources(resolver, res, fn.__name__, steps, nodes)
         return nodes, renames
 
+    res.install(modifier, "_create_valid_parameters_transforms_mapping", create_mapping)
     res.install(modifier, "inject_nodes", inject_nodes)
 
 
-def _pipe_output(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
+def _pipe_output(resolver: Resolver, modifier: Any, res: Resolution) -> None:
     original = modifier.transform_node
+    original_filter = modifier._filter_individual_target
+    selected: list[tuple[Any, ...]] = []
+
+    def filter_individual_target(node_: Any) -> Any:
+        found = original_filter(node_)
+        selected.append(tuple(found))
+        return found
 
     def transform_node(node_: Any, config: dict[str, Any], fn: Any) -> Any:
         bindings.check_steps(modifier.transforms, config, node_.name, "step(...) in @pipe_output")
@@ -189,6 +225,7 @@ def _pipe_output(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
             # plain value. Only the name and the async-ness of ``fn`` are consulted, so
             # expand with a synchronous stand-in: the final node is a plain identity.
             fn = sync_stand_in(fn.__name__)
+        selected.clear()
         out = list(original(node_, config, fn))
         if len(out) == 1:
             return out
@@ -197,9 +234,36 @@ def _pipe_output(_resolver: Resolver, modifier: Any, res: Resolution) -> None:
         for produced in steps:
             res.roles[produced.name] = res.made(ALIAS)
         res.roles[final.name] = res.made(ALIAS)
+        enabled = [t for t in (selected[-1] if selected else ()) if t.resolves(config)]
+        _step_sources(resolver, res, node_.name, enabled, steps)
         return out
 
+    res.install(modifier, "_filter_individual_target", filter_individual_target)
     res.install(modifier, "transform_node", transform_node)
+
+
+def _step_sources(
+    resolver: Resolver, res: Resolution, node: str, steps: list[Any], produced: list[Any]
+) -> None:
+    """Record, for each step node, the step parameter bound to each source (with its
+    default: Hamilton keeps it under the parameter's name, the node's input is the
+    source's). Steps of one decorator binding parameters to one source with different
+    defaults are refused, as parameters of one node are (docs/bindings.md). A step whose
+    function carries an ``execution`` or a ``shutdown`` is a call of that function."""
+    if len(steps) != len(produced):  # pragma: no cover - Hamilton changed its chaining
+        raise RuntimeError(f"unexpected pipeline expansion of {node}")
+    merged: dict[str, list[bindings.Bound]] = {}
+    for applicable, step_node in zip(steps, produced, strict=True):
+        helper = resolver.helper_of(applicable.fn)
+        if helper is not None:
+            res.roles[step_node.name] = Prov(CALL, helper, res.mount, helper=True)
+        found = bindings.step_sources(applicable, step_node)
+        res.record_sources(step_node, found)
+        for source, bound in found.items():
+            merged.setdefault(source, []).extend(bound)
+    for source, every in merged.items():
+        if len(every) > 1:
+            bindings.merged_default(node, source, tuple(every))
 
 
 def _check_output(_resolver: Resolver, modifier: Any, res: Resolution) -> None:

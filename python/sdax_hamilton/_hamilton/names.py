@@ -41,19 +41,30 @@ def loaded(module: ModuleType) -> None:
         )
 
 
-def check_defining_module(fn: Any) -> None:
+def check_defining_module(fn: Any, found_as: str | None = None) -> None:
+    """A module function must be the object its module holds under its name.
+
+    Hamilton's ``config.when`` renames the function object it resolves (``y__a`` becomes
+    ``y``; it marks it ``__config_decorated__`` and keeps the old name in
+    ``__original_name__``, which a second resolution overwrites with the new one), so a
+    module Hamilton's own driver has built holds such a function under another name: the
+    name discovery found it under, or its original name, identifies it too.
+    """
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     name = getattr(fn, "__name__", None)
-    if (
-        not isinstance(module, ModuleType)
-        or not isinstance(name, str)
-        or module.__dict__.get(name) is not fn
-    ):
-        raise ValueError(
-            f"Declaration {origin(fn)} has an ambiguous defining module: it is not "
-            f"retrievable as {getattr(fn, '__module__', '?')}.{name}; define it with def "
-            "under its own name in its module"
-        )
+    if isinstance(module, ModuleType) and isinstance(name, str):
+        held = module.__dict__
+        if held.get(name) is fn:
+            return
+        if "__config_decorated__" in getattr(fn, "__dict__", {}):
+            for alias in (getattr(fn, "__original_name__", None), found_as):
+                if isinstance(alias, str) and held.get(alias) is fn:
+                    return
+    raise ValueError(
+        f"Declaration {origin(fn)} has an ambiguous defining module: it is not "
+        f"retrievable as {getattr(fn, '__module__', '?')}.{name}; define it with def "
+        "under its own name in its module"
+    )
 
 
 def hints(fn: Callable[..., Any]) -> dict[str, Any]:

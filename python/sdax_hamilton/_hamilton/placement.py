@@ -30,6 +30,8 @@ class Placement:
     guarded: dict[str, _declarations.ExecutionDeclaration]
     """Node -> its ``execution`` declaration, for nodes naming a bulkhead, a breaker or a
     fallback (docs/resilience.md)."""
+    threaded: frozenset[str] = frozenset()
+    """Nodes whose attempts run in a worker thread (``execution(in_thread=True)``)."""
 
 
 Mounts = dict[tuple[str, ...], list[str]]
@@ -65,6 +67,7 @@ def place(
     releases: dict[str, tuple[ReleaseSpec, FunctionType]] = {}
     ownership: set[str] = set()
     guarded: dict[str, _declarations.ExecutionDeclaration] = {}
+    threaded: set[str] = set()
 
     for fn in declarations:
         mounts = groups.get(id(fn), {})
@@ -79,6 +82,8 @@ def place(
                 policies[name] = found.policy
                 if found.bulkhead or found.breaker or found.fallback:
                     guarded[name] = found
+                if found.in_thread:
+                    threaded.add(name)
         shutdowns = shutdowns_of(fn)
         if not shutdowns:
             continue
@@ -86,7 +91,7 @@ def place(
             ownership.update(name for name in names if by_name[name].prov.kind == CALL)
         for shutdown in shutdowns:
             _place_release(fn, shutdown, mounts, by_name, checks, releases)
-    return Placement(policies, releases, frozenset(ownership), guarded)
+    return Placement(policies, releases, frozenset(ownership), guarded, frozenset(threaded))
 
 
 def _place_release(
@@ -138,7 +143,10 @@ def targets(
     for mount, names in mounts.items():
         calls = [name for name in names if by_name[name].prov.kind == CALL]
         if target is None:
-            if not mount and len(calls) > 1:
+            # the pipeline steps calling a helper are its calls wherever they are; only
+            # the nodes its own resolution made must be one
+            own = [name for name in calls if not by_name[name].prov.helper]
+            if not mount and len(own) > 1:
                 raise ValueError(
                     f"expanded declaration requires explicit target_: {origin(fn)} "
                     f"generates {_messages.names(calls)}; pass target_= naming the ones "

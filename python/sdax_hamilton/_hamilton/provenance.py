@@ -38,6 +38,9 @@ class Prov:
     """A ``check_output`` internal (``<name>_raw`` or a validator node)."""
     gate: str | None = None
     """For internals: the gate's name in the declaration's own scope."""
+    helper: bool = False
+    """A pipeline step node calling ``decl``, a step function carrying a declaration (it
+    is a call of it, never the one an untargeted declaration must single out)."""
 
 
 @dataclass(slots=True)

@@ -59,12 +59,29 @@ def check_declarations(declarations: Iterable[FunctionType]) -> None:
                     "functions passed to h_spark.with_columns or h_spark.select"
                 )
             for udf in modifier.subdag_functions:
+                loading = _io_decorator(udf)
+                if loading is not None:
+                    raise ValueError(
+                        f"{origin(udf)}: Hamilton I/O decorator {loading} on a column "
+                        f"function of h_spark.{qualname} on {origin(fn)}; Spark fuses column "
+                        "functions into one plan, so nothing may load or save there: load "
+                        "or save in a node of its own, outside the with_columns"
+                    )
                 if declaration(udf) is not None or shutdowns_of(udf):
                     raise ValueError(
                         f"{origin(udf)}: execution/shutdown cannot be declared on a column "
                         f"function of h_spark.{qualname} on {origin(fn)}; Spark runs it "
                         "inside one lazy plan, not as a node"
                     )
+
+
+def _io_decorator(fn: Any) -> str | None:
+    """The class name of a Hamilton I/O decorator on ``fn`` (``@dataloader``,
+    ``@datasaver``, ``@load_from...``, ``@save_to...``), else ``None``."""
+    for _lifecycle, modifier in admitted.modifiers(fn):
+        if admitted.admitted_kind(type(modifier)) in _ALL_IO_KINDS:
+            return type(modifier).__name__
+    return None
 
 
 def check_graph(by_name: Mapping[str, Generated], placement: Placement) -> None:
@@ -104,7 +121,12 @@ def check_graph(by_name: Mapping[str, Generated], placement: Placement) -> None:
             )
 
 
-_IO_KINDS = frozenset({"dataloader", "creator", "load_from", "save_to"})
+# Decorators whose function itself is the loader or saver (``@dataloader``, ``@datasaver``):
+# every node of such a declaration is I/O. ``load_from`` / ``save_to`` add adapter nodes
+# (provenance ``IO``) and leave the decorated function an ordinary node: only those
+# adapters are I/O, so a loaded ``dict`` feeding a Spark plan is not refused.
+_IO_KINDS = frozenset({"dataloader", "creator"})
+_ALL_IO_KINDS = _IO_KINDS | {"load_from", "save_to"}
 
 
 def _mentions_lazy(tp: Any) -> bool:
