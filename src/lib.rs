@@ -13,7 +13,9 @@
 mod carry;
 mod check;
 mod graph;
+mod hedge;
 mod inputs;
+mod latency;
 mod policy;
 mod run;
 mod seq;
@@ -24,7 +26,9 @@ use pyo3::prelude::*;
 
 use carry::PyCarrier;
 use graph::{PyGraph, PyPlan};
+use hedge::PyHedgeRound;
 use inputs::InputTable;
+use latency::{PyLatency, PyLatencyWindow};
 use policy::{_make_policy, is_number, run_budget, PyPolicy};
 use run::PyRun;
 use shared::{PyBulkhead, PyCircuitBreaker, PyRetryBudget};
@@ -65,6 +69,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBulkhead>()?;
     m.add_class::<PyCircuitBreaker>()?;
     m.add_class::<PyRetryBudget>()?;
+    m.add_class::<PyLatency>()?;
+    m.add_class::<PyLatencyWindow>()?;
+    m.add_class::<PyHedgeRound>()?;
     m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
     m.add_function(wrap_pyfunction!(is_number, m)?)?;

@@ -19,13 +19,13 @@ use sdax_core::Number;
 
 /// A lock never held across Python code nor a panic of ours; should it be poisoned all
 /// the same, its state is still consistent (every core method leaves it so).
-fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn locked<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// An `int` argument (subclasses too, read without their own code; `bool` refused),
 /// saturated to the `i64` range so that the core judges the value.
-fn int_arg(obj: &Bound<'_, PyAny>, name: &str, requirement: &str) -> PyResult<i64> {
+pub(crate) fn int_arg(obj: &Bound<'_, PyAny>, name: &str, requirement: &str) -> PyResult<i64> {
     match read_number(obj)? {
         Some(Number::Int(v)) => Ok(v),
         Some(Number::Big { negative: true, .. }) => Ok(i64::MIN),
@@ -42,7 +42,7 @@ fn int_arg(obj: &Bound<'_, PyAny>, name: &str, requirement: &str) -> PyResult<i6
 
 /// A number argument (an `int` or a `float`, subclasses too, not `bool`), read exactly as
 /// `f64` (docs/contract.md#hostile-bindings); the core judges the value.
-fn float_arg(obj: &Bound<'_, PyAny>, name: &str, requirement: &str) -> PyResult<f64> {
+pub(crate) fn float_arg(obj: &Bound<'_, PyAny>, name: &str, requirement: &str) -> PyResult<f64> {
     check_number(obj, name, requirement, |_| true)
 }
 
@@ -61,7 +61,7 @@ fn name_arg(obj: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
 }
 
 /// A core refusal as `ValueError`, showing the argument as the caller wrote it.
-fn value_error(err: SharedError, args: &[(&str, &Bound<'_, PyAny>)]) -> PyErr {
+pub(crate) fn value_error(err: SharedError, args: &[(&str, &Bound<'_, PyAny>)]) -> PyErr {
     let shown = args
         .iter()
         .find(|(n, _)| *n == err.argument())

@@ -24,10 +24,15 @@ SPEC_NAMES = {
 OBSERVABILITY_NAMES = {"NodeReport", "RunEvent", "RunReport"}
 # docs/contract.md#shared-objects: objects shared across runs.
 RESILIENCE_NAMES = {"Bulkhead", "BulkheadFull", "CircuitBreaker", "CircuitOpen", "RetryBudget"}
+# docs/contract.md#latency: a hedge delay that follows a node's latency.
+TAIL_NAMES = {"Latency"}
 
 
 def test_all_is_exactly_the_public_names() -> None:
-    assert set(sdax_hamilton.__all__) == SPEC_NAMES | OBSERVABILITY_NAMES | RESILIENCE_NAMES
+    assert (
+        set(sdax_hamilton.__all__)
+        == SPEC_NAMES | OBSERVABILITY_NAMES | RESILIENCE_NAMES | TAIL_NAMES
+    )
     assert len(sdax_hamilton.__all__) == len(set(sdax_hamilton.__all__))
     for name in sdax_hamilton.__all__:
         assert hasattr(sdax_hamilton, name), name

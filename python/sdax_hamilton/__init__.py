@@ -11,6 +11,7 @@ from importlib import metadata as _metadata
 from ._declarations import Acquisition, execution, shutdown
 from ._failures import ExecutionError, RetryableException, failures
 from ._hamilton import Driver
+from ._latency import Latency
 from ._observe import NodeReport, RunEvent, RunReport
 from ._plan import PreparedPlan
 from ._resilience import Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen, RetryBudget
@@ -28,6 +29,7 @@ __all__ = [
     "CircuitOpen",
     "Driver",
     "ExecutionError",
+    "Latency",
     "NodeReport",
     "PreparedPlan",
     "RetryBudget",

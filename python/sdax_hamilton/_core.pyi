@@ -545,3 +545,67 @@ class RetryBudget:
         """Retries the budget would allow at ``now``, never below 0."""
     def counts(self, now: float) -> tuple[int, int]:
         """``(first attempts, retries taken)`` within the window at ``now``."""
+
+@final
+class Latency:
+    """The percentile of a node's successful attempts' durations within the trailing window,
+    ``initial`` until ``min_samples`` (docs/contract.md#latency)."""
+
+    def __new__(
+        cls, percentile: float, window: float, min_samples: int, initial: float
+    ) -> Latency: ...
+    @property
+    def percentile(self) -> float: ...
+    @property
+    def window(self) -> float: ...
+    @property
+    def min_samples(self) -> int: ...
+    @property
+    def initial(self) -> float: ...
+    @property
+    def capacity(self) -> int:
+        """Samples a window of this configuration holds at most (its fixed memory)."""
+    def new_window(self) -> LatencyWindow:
+        """A new, empty window of this configuration (one per node and Driver)."""
+
+@final
+class LatencyWindow:
+    """One node's latency window, shared across runs and threads."""
+
+    def record(self, now: float, duration: float) -> None:
+        """A successful attempt that took ``duration`` seconds ended at ``now``."""
+    def hedge_after(self, now: float) -> float:
+        """The delay after which a hedge is due at ``now`` (seconds)."""
+    def samples(self, now: float) -> int:
+        """Successes within the window at ``now`` that the window holds."""
+
+@final
+class HedgeRound:
+    """One hedged round of a node's calls (docs/contract.md#hedged-rounds): call 0 starts
+    at ``now``, at most ``hedges`` more; not yet driven by runs."""
+
+    def __new__(cls, now: float, hedges: int) -> HedgeRound: ...
+    @property
+    def started(self) -> int:
+        """Calls started so far."""
+    @property
+    def winner(self) -> int | None:
+        """The winning call, once one has won."""
+    def next_due(self, hedge_after: float) -> float | None:
+        """When the next hedge is due (``None``: no further call will start)."""
+    def start_hedge(self, now: float, hedge_after: float) -> int | None:
+        """Start the due hedge at ``now``: its call number, or ``None`` when none is due."""
+    def skip_hedge(self, now: float, hedge_after: float) -> bool:
+        """The due hedge was skipped at ``now``: ``False`` when none was due."""
+    def succeeded(self, call: int) -> tuple[str, list[int]]:
+        """``("won", calls to cancel)``, ``("recorded", [])`` (a loser's value) or
+        ``("ignored", [])``."""
+    def failed(self, call: int) -> tuple[str, list[int]]:
+        """``("recorded", [])`` or ``("ignored", [])``."""
+    def drained(self, call: int) -> tuple[str, list[int]]:
+        """Call ``call``, told to stop, has ended: ``("recorded", [])`` or ``("ignored", [])``."""
+    def abort(self) -> list[int]:
+        """The round is aborted: the running calls to cancel."""
+    def completion(self) -> tuple[str, list[int]] | None:
+        """``None`` while a call runs or drains; else ``("won", [winner])``, ``("failed",
+        [calls noted beside call 0])`` or ``("aborted", [])``."""

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, TypeAlias
 
+from . import _timeline
+
 __all__ = [
     "EventKind",
     "NodeReport",
@@ -387,6 +389,7 @@ class RunReport:
 
     __slots__ = (
         "_deadline",
+        "_entries",
         "_finished",
         "_nodes",
         "_order",
@@ -411,6 +414,8 @@ class RunReport:
         self._run_cancelled = False
         self._deadline: float | None = None
         self._refused: set[str] = set()
+        # One entry per event about a call, for the timeline (error type names only).
+        self._entries: list[_timeline.Entry] = []
 
     def __call__(self, event: RunEvent) -> None:
         if self._run is None:
@@ -454,6 +459,19 @@ class RunReport:
         """Record an event about one node's or one release's calls."""
         kind = event.kind
         time = event.time
+        error = event.error
+        self._entries.append(
+            (
+                kind,
+                event.node,
+                event.attempt,
+                time,
+                event.delay,
+                None if error is None else type(error).__qualname__,
+                event.clipped,
+                event.reason,
+            )
+        )
         release = kind.startswith("release_")
         table = self._releases if release else self._nodes
         track = table.get(event.node)
@@ -610,6 +628,38 @@ class RunReport:
 
     def __str__(self) -> str:
         return self.format()
+
+    def _recording(self) -> _timeline.Recording:
+        return _timeline.Recording(
+            run=self._run,
+            order=tuple(self.nodes),
+            releases=tuple(self._releases),
+            started=self._started,
+            shutdown=self._shutdown,
+            finished=self._finished,
+            deadline=self._deadline,
+            outcome=self.outcome,
+            error=self._run_error,
+            entries=tuple(self._entries),
+        )
+
+    def to_chrome_trace(self) -> dict[str, object]:
+        """The run in the Trace Event Format, which Perfetto and ``chrome://tracing`` load
+        (``json.dump`` it to a file): a track per node and per release, a span per attempt
+        (outcome, exception type), retry waits, marks for skipped retries and the like, the
+        run and its forward and shutdown phases. Times are microseconds from the run's
+        start (docs/timeline.md)."""
+        return _timeline.chrome_trace(self._recording())
+
+    def to_svg(self) -> str:
+        """The run's timeline as a standalone SVG document: a row per node then per
+        release, a bar per attempt coloured by outcome, retry waits hatched, releases after
+        the forward phase, a time axis (docs/timeline.md)."""
+        return _timeline.svg(self._recording())
+
+    def _repr_svg_(self) -> str:
+        """Notebooks (IPython, Jupyter) show a report as its timeline."""
+        return self.to_svg()
 
     def __repr__(self) -> str:
         return (

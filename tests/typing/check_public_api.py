@@ -16,6 +16,7 @@ from sdax_hamilton import (
     Acquisition,
     Driver,
     ExecutionError,
+    Latency,
     PreparedPlan,
     RetryableException,
     RunEvent,
@@ -131,6 +132,9 @@ async def plans(module: types.ModuleType) -> None:
     assert_type(report.timeout, float | None)
     assert_type(report.nodes["fetch"].clipped, int)
     assert_type(report.run_id, str | None)
+    assert_type(report.to_svg(), str)
+    assert_type(report._repr_svg_(), str)
+    assert_type(report.to_chrome_trace(), dict[str, object])
     assert_type(seen[0].run, str)
 
     # the service tools: metrics, the release check, the retry schedule
@@ -149,6 +153,14 @@ def service_tools(plan: PreparedPlan) -> None:
     dependency = run_values(lambda: plan, lambda: {"dsn": "x"}, timeout=1.0)
     assert_type(dependency, Callable[..., AsyncIterator[dict[str, Any]]])
     Startup(42)  # type: ignore[arg-type]
+
+
+def latency_types() -> None:
+    latency = Latency(99.0, window=30.0, min_samples=50, initial=0.05)
+    assert_type(latency.percentile, float)
+    assert_type(latency.min_samples, int)
+    Latency(95.0, 60.0)  # type: ignore[call-arg]
+    Latency(window="60")  # type: ignore[arg-type]
 
 
 def failure_types(error: BaseException) -> None:

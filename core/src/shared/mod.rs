@@ -1,5 +1,5 @@
 //! State shared by every run in the process (docs/contract.md#shared-objects): bulkheads, circuit
-//! breakers and retry budgets.
+//! breakers, retry budgets and nodes' latency windows.
 //!
 //! Each object is a plain state machine. It never reads a clock: every call that depends
 //! on time is handed `now` (seconds of a monotonic clock). Callers on several threads read
@@ -13,11 +13,13 @@
 pub mod breaker;
 pub mod budget;
 pub mod bulkhead;
+pub mod latency;
 mod window;
 
 pub use breaker::{Admission, BreakerState, CircuitBreaker, Probe, Transition};
 pub use budget::RetryBudget;
 pub use bulkhead::{Acquire, Bulkhead, BulkheadError, CancelWaiter};
+pub use latency::{Latency, LatencyWindow};
 
 use std::fmt;
 
@@ -43,6 +45,12 @@ pub enum SharedError {
     Ratio(f64),
     /// `min_per_second` not finite or below 0.
     MinPerSecond(f64),
+    /// `percentile` outside (0, 100] or NaN.
+    Percentile(f64),
+    /// `min_samples` below 1.
+    MinSamples(i64),
+    /// `initial` not finite or below 0.
+    Initial(f64),
 }
 
 impl SharedError {
@@ -58,6 +66,9 @@ impl SharedError {
             SharedError::Probes(_) => "probes",
             SharedError::Ratio(_) => "ratio",
             SharedError::MinPerSecond(_) => "min_per_second",
+            SharedError::Percentile(_) => "percentile",
+            SharedError::MinSamples(_) => "min_samples",
+            SharedError::Initial(_) => "initial",
         }
     }
 
@@ -77,6 +88,13 @@ impl SharedError {
             SharedError::MinPerSecond(_) => {
                 "min_per_second must be a finite number greater than or equal to 0"
             }
+            SharedError::Percentile(_) => {
+                "percentile must be a number greater than 0 and at most 100"
+            }
+            SharedError::MinSamples(_) => "min_samples must be an integer of at least 1",
+            SharedError::Initial(_) => {
+                "initial must be a finite number greater than or equal to 0 (seconds)"
+            }
         }
     }
 
@@ -85,12 +103,15 @@ impl SharedError {
             SharedError::MaxConcurrent(v)
             | SharedError::MaxWaiting(v)
             | SharedError::MinCalls(v)
-            | SharedError::Probes(v) => v.to_string(),
+            | SharedError::Probes(v)
+            | SharedError::MinSamples(v) => v.to_string(),
             SharedError::FailureRatio(v)
             | SharedError::Window(v)
             | SharedError::BreakFor(v)
             | SharedError::Ratio(v)
-            | SharedError::MinPerSecond(v) => v.to_string(),
+            | SharedError::MinPerSecond(v)
+            | SharedError::Percentile(v)
+            | SharedError::Initial(v) => v.to_string(),
         }
     }
 }
