@@ -1,10 +1,11 @@
 """``execution(in_thread=True)``: a sync node's attempts run in a worker thread, so a
 blocking call leaves the event loop free; a thread cannot be cancelled, so a timed-out or
 cancelled attempt drains (the next attempt, the node's completion and the releases wait
-for the thread) and what the thread returns afterwards is discarded (docs/lifecycle.md,
-"Blocking functions"). Real threads throughout; orderings are made by events, not sleeps.
-Timeouts are long enough for a loaded machine to have started the thread: a call the
-executor has not started when its attempt is cancelled is abandoned, never run.
+for the thread) and what the thread returns afterwards is discarded, except by an owned
+acquisition's release, which closes it (docs/lifecycle.md, "Blocking functions"). Real
+threads throughout; orderings are made by events, not sleeps. Timeouts are long enough for
+a loaded machine to have started the thread: a call the executor has not started when its
+attempt is cancelled is abandoned, never run.
 """
 
 from __future__ import annotations
@@ -278,3 +279,56 @@ async def test_a_call_still_queued_when_its_attempt_times_out_never_runs(
         occupied.result()
         pool.shutdown(wait=True)  # the queued call is taken up now, and skipped
     assert mod.LOG == []
+
+
+# ------------------------------------------------------------------ a late resource
+
+LATE_RESOURCE = """
+RELEASE_THREAD = threading.Event()
+
+class Connection:
+    def __init__(self) -> None:
+        self.closed = False
+
+@execution(in_thread=True, timeout=0.5)
+def connection(x: int) -> Connection:
+    LOG.append("connecting")
+    RELEASE_THREAD.wait(30)  # released once the timeout has been reported
+    return Connection()
+
+@shutdown(of=connection)
+def close(record: Acquisition[Connection]) -> None:
+    LOG.append(("release", record.is_valid))
+    if record.is_valid:
+        record.value.closed = True
+        LOG.append(record.value)
+
+def query(connection: Connection) -> int:
+    return 1
+"""
+
+
+async def test_a_resource_a_timed_out_thread_returns_late_reaches_the_release(
+    make_module: Any,
+) -> None:
+    mod = make_module(HEADER + LATE_RESOURCE)
+    observe = _release_on_timeout(mod, asyncio.get_running_loop())
+    with pytest.raises(ExecutionError) as info:
+        await Driver(mod).prepare(["query"]).execute(inputs={"x": 1}, observer=observe)
+    (failure,) = info.value.exceptions
+    assert isinstance(failure, TimeoutError)  # the node failed: the value is not its own
+    assert mod.LOG[:3] == ["connecting", "timed out", ("release", True)]
+    (connection,) = mod.LOG[3:]
+    assert isinstance(connection, mod.Connection) and connection.closed
+
+
+async def test_a_thread_that_raises_after_its_timeout_leaves_an_empty_record(
+    make_module: Any,
+) -> None:
+    mod = make_module(
+        HEADER + LATE_RESOURCE.replace("    return Connection()", "    raise OSError('refused')")
+    )
+    observe = _release_on_timeout(mod, asyncio.get_running_loop())
+    with pytest.raises(ExecutionError):
+        await Driver(mod).prepare(["query"]).execute(inputs={"x": 1}, observer=observe)
+    assert mod.LOG == ["connecting", "timed out", ("release", False)]

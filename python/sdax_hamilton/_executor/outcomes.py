@@ -23,6 +23,7 @@ from .calls import Calls
 from .jobs import Job
 from .record import FailureRecord
 from .reporter import Reporter
+from .threads import NO_LATE_VALUE, late_value
 from .verdicts import (
     Verdict,
     expired_note,
@@ -245,6 +246,10 @@ class Outcomes:
     def raised(self, attempt: Attempt, exc: BaseException) -> None:
         self._table.end(attempt)
         job = attempt.job
+        if job.forward and job.node.release is not None:
+            late = late_value(exc)  # an in_thread acquisition's thread returned after all
+            if late is not NO_LATE_VALUE:
+                self._acquisitions[job.id] = Acquisition(late, job.node.output_type)
         verdict = judge_raised(attempt.state, exc)
         if verdict is _FAILED:
             failure = failure_of(attempt.state, exc)

@@ -5,10 +5,12 @@ executor (the loop's default executor when it is ``None``) and awaits it, so eve
 part of the attempt path (timeouts, cancellation, retries, hooks) treats the attempt as
 any awaitable one. A thread cannot be cancelled: when the attempt is cancelled (its
 timeout, or the run's cancellation) while the call runs, the coroutine waits until the
-thread has returned and only then ends with the cancellation, discarding what the thread
-returned. So the next attempt, the node's completion and the releases wait for the thread
-(the drain rule, docs/lifecycle.md, "Blocking functions"). A call the executor has not
-started yet is abandoned instead: it will not run.
+thread has returned and only then ends with the cancellation: the attempt has failed, and
+what the thread returned is not the node's value. It is still the acquisition's, for an
+owned acquisition: the cancellation carries it (``late_value``) so that the release gets
+it and closes what the thread opened. So the next attempt, the node's completion and the
+releases wait for the thread (the drain rule, docs/lifecycle.md, "Blocking functions"). A
+call the executor has not started yet is abandoned instead: it will not run.
 """
 
 from __future__ import annotations
@@ -22,6 +24,18 @@ from typing import Any, Final
 
 _SKIPPED: Final = object()
 """What an abandoned call's thread returns: nothing ran."""
+
+_LATE_VALUE: Final = "_sdax_hamilton_late_value"
+"""The attribute of an attempt's cancellation that carries what its thread returned."""
+
+NO_LATE_VALUE: Final = object()
+"""``late_value``'s answer when the thread returned nothing after the cancellation."""
+
+
+def late_value(exc: BaseException) -> Any:
+    """What the thread of a cancelled ``in_thread`` attempt returned after the cancellation
+    (``NO_LATE_VALUE``: it raised, never ran, or ``exc`` is another failure)."""
+    return getattr(exc, _LATE_VALUE, NO_LATE_VALUE)
 
 
 class _ThreadCall:
@@ -74,7 +88,12 @@ def in_thread(
                 except asyncio.CancelledError:
                     continue
                 except BaseException:
-                    break  # the call's own failure is discarded, as a late value is
+                    break  # the call's own failure is discarded
+            if not future.cancelled() and future.exception() is None:
+                late = future.result()
+                if late is not _SKIPPED:
+                    # Not the node's value; an owned acquisition's release still gets it.
+                    setattr(cancelled, _LATE_VALUE, late)
             raise cancelled
 
     threaded.__name__ = getattr(call, "__name__", "threaded")
