@@ -25,20 +25,27 @@ async def hedged(call: Call, hedge_after: float, hedges: int) -> tuple[str, list
     tasks = {0: asyncio.ensure_future(call(0))}
     errors: dict[int, BaseException] = {}
     value: str | None = None
+    told: set[int] = set()  # calls whose ending the round has been told
     while round_.completion() is None:
-        due = round_.next_due(hedge_after)
-        pending = [task for task in tasks.values() if not task.done()]
-        timeout = None if due is None else max(due - loop.time(), 0.0)
-        done, _ = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        if not done:
-            number = round_.start_hedge(loop.time(), hedge_after)
-            if number is not None:
-                log.append(f"hedge {number}")
-                tasks[number] = asyncio.ensure_future(call(number))
+        # Every ended call not yet told, whenever it ended: under an eager task factory a
+        # call may end inside ensure_future() and never be among asyncio.wait's ``done``.
+        ended = [number for number, task in tasks.items() if task.done() and number not in told]
+        if not ended:
+            due = round_.next_due(hedge_after)
+            pending = [task for task in tasks.values() if not task.done()]
+            timeout = None if due is None else max(due - loop.time(), 0.0)
+            done, _ = await asyncio.wait(
+                pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                number = round_.start_hedge(loop.time(), hedge_after)
+                if number is not None:
+                    log.append(f"hedge {number}")
+                    tasks[number] = asyncio.ensure_future(call(number))
             continue
-        for number, task in tasks.items():
-            if task not in done:
-                continue
+        for number in ended:
+            told.add(number)
+            task = tasks[number]
             if task.cancelled():
                 round_.drained(number)
                 log.append(f"drained {number}")

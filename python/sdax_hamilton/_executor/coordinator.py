@@ -102,6 +102,7 @@ async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, thro
     forward_only = commands is None and not through
     run = ctx._run
     carrying = None
+    task: asyncio.Task[Any] | None = None
     try:
         IN_RUN.set(True)  # this task's own context: never the caller's
         loop = ctx._loop
@@ -141,6 +142,9 @@ async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, thro
         except BaseException:
             pass
     finally:
+        # A failure's traceback may keep this frame (and its locals) after the task ends:
+        # it must not keep the task (``_phase_task_ends`` lets ``Calls`` go of it too).
+        task = None
         try:
             _phase_task_ends(ctx, carrying is not None)
             carrying = None
@@ -285,6 +289,9 @@ async def _drive(ctx: PhaseOwner, task: asyncio.Task[Any]) -> None:
     outcomes = ctx._outcomes
     assert outcomes is not None  # made with ``calls``
     calls.task = task
+    # Read back from ``calls`` from here on: a failure's traceback may keep this frame, and
+    # the phase's end lets ``calls`` go of the task (``_phase_task_ends``).
+    del task
     table = calls.table
     events = table.events
     fresh = table.fresh
@@ -303,7 +310,7 @@ async def _drive(ctx: PhaseOwner, task: asyncio.Task[Any]) -> None:
                 attempt = fresh.pop()
                 raised, payload = await calls.inline(attempt)
                 try:
-                    _inline_over(ctx, attempt, raised, payload, task, outcomes)
+                    _inline_over(ctx, attempt, raised, payload, calls.task, outcomes)
                 finally:
                     # An exception's traceback holds this frame: no cycle through it.
                     payload = None
