@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import math
-import time
 import types
 from collections.abc import Sequence
 from typing import Any, Final
@@ -25,6 +23,7 @@ from .jobs import Job, JobTable
 from .record import FailureRecord
 from .reporter import Reporter
 from .runtime import TIMEOUT_MESSAGE
+from .timers import Timers
 
 _START: Final = _core.START
 _SLEEP: Final = _core.SLEEP
@@ -43,11 +42,9 @@ _CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
 _CARRIED_REJECTED: Final = _core.CARRIED_REJECTED
 _RETURNED: Final = EventKind.RETURNED
 _RAISED: Final = EventKind.RAISED
-_ELAPSED: Final = EventKind.ELAPSED
 _UNSTARTED: Final = EventKind.UNSTARTED
 _BAD_INPUT: Final = EventKind.BAD_INPUT
 _EXPIRED: Final = EventKind.EXPIRED
-_CALLED: Final = AttemptState.CALLED
 _RUNNING: Final = AttemptState.RUNNING
 _TIMED_OUT: Final = AttemptState.TIMED_OUT
 _CANCELLED: Final = AttemptState.CANCELLED
@@ -55,11 +52,6 @@ _CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
 _CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
 _CoroutineType: Final = types.CoroutineType
 _isawaitable: Final = inspect.isawaitable
-_monotonic: Final = time.monotonic
-_MONOTONIC_LOOP_TIME: Final = asyncio.BaseEventLoop.time
-
-# The due time of a loop whose clock is the only one that counts (``_clocks_differ``).
-_NO_DUE: Final = -math.inf
 
 
 class Calls:
@@ -71,26 +63,22 @@ class Calls:
         "_arguments",
         "_clipped",
         "_guards",
-        "_inline_timer",
-        "_inline_when",
         "_jobs",
         "_loop",
         "_record",
         "_reporter",
         "_run",
         "_run_id",
-        "_two_clocks",
         "_values",
         "_watch",
         "cache",
-        "inline_attempt",
         "kwargs",
         "table",
         "task",
+        "timers",
     )
 
     task: asyncio.Task[Any]  # the phase's task (forward or shutdown), while it runs
-    _inline_when: float  # the inline timer's due time, set with the timer
 
     def __init__(
         self,
@@ -119,10 +107,7 @@ class Calls:
         self.table = AttemptTable(len(jobs))
         n = jobs.forward_count
         self.kwargs: list[dict[str, Any] | None] = [None] * n  # read at attempt 0, retries reuse
-        # The one timer serving every inline attempt's timeout (``_arm_inline_timer``).
-        self.inline_attempt: Attempt | None = None
-        self._inline_timer: asyncio.TimerHandle | None = None
-        self._two_clocks: bool | None = None  # see ``_clocks_differ``
+        self.timers = Timers(loop, self.table)  # attempt timeouts and retry waits
         self._guards: Guards | None = None  # the shared objects at work (``guards``)
         # The run's lookups and stores (``cache.py``), when the plan caches nodes.
         self.cache = None if jobs.cache is None else jobs.cache.run(self)
@@ -173,14 +158,7 @@ class Calls:
             elif op == _CARRIED:
                 self._carried(self._jobs[job], attempt, arg)
             elif op == _SLEEP:
-                delay = arg or 0.0
-                loop = self._loop
-                deadline = loop.time() + delay
-                due = _monotonic() + delay if self._clocks_differ() else _NO_DUE
-                self.table.sleeping += 1
-                self.table.sleeps[job] = loop.call_later(
-                    delay, self._sleep_over, job, deadline, due
-                )
+                self.timers.sleep(job, arg or 0.0)
             elif op == _CANCEL:
                 self._cancel(job)
             elif op == _STOP_SLEEP:
@@ -207,19 +185,6 @@ class Calls:
         """Whether that forward attempt's START was clipped to the run's deadline."""
         clipped = self._clipped
         return clipped is not None and job.forward and clipped[job.id] == attempt_number
-
-    def _sleep_over(self, job: int, deadline: float, due: float) -> None:
-        """The retry wait's timer fired: report it over, or re-arm it if it fired early (a
-        wait lasts its delay by the loop's clock and by the monotonic one, ``due``, unless
-        the loop's is the only one: docs/internals.md, "Timers are checked when they
-        fire")."""
-        rest = max(deadline - self._loop.time(), due - _monotonic())
-        if rest > 0.0:
-            self.table.sleeps[job] = self._loop.call_later(
-                rest, self._sleep_over, job, deadline, due
-            )
-            return
-        self.table.post((_ELAPSED, job, None))
 
     def _start(self, job: Job, attempt_number: int, timeout: float | None) -> None:
         """Call the job's function now. An awaitable result joins ``fresh``: the
@@ -420,9 +385,7 @@ class Calls:
             attempt.task = loop.create_task(self._attempt_task(attempt))
             timeout = attempt.timeout
             if timeout is not None:
-                attempt.timer = loop.call_at(
-                    self._set_deadline(attempt, timeout), self._on_timeout, attempt
-                )
+                self.timers.arm(attempt, timeout, self.time_out)
         table.fresh.clear()
 
     async def _attempt_task(self, attempt: Attempt) -> None:
@@ -449,90 +412,23 @@ class Calls:
         task = self.task
         attempt.baseline = task.cancelling()
         timeout = attempt.timeout
+        timers = self.timers
         if timeout is not None:
-            self._arm_inline_timer(attempt, timeout)
+            timers.arm_inline(attempt, timeout, task, self.time_out)
         try:
             value = await attempt.aw
         except BaseException as exc:
-            self.inline_attempt = None
+            timers.inline = None
             if attempt.state is _TIMED_OUT:
                 task.uncancel()
             del task  # exc's traceback holds this frame: not the phase's task
             return True, exc
-        self.inline_attempt = None
+        timers.inline = None
         if attempt.state is _TIMED_OUT:  # identity: the enum member itself
             task.uncancel()
         return False, value
 
-    def _set_deadline(self, attempt: Attempt, timeout: float) -> float:
-        """When the attempt's time is up, by the loop's clock (returned) and the monotonic
-        clock: ``timeout`` from now, or from before the call when the core carried it out
-        (``Attempt.started``)."""
-        started = attempt.started
-        if started is None:
-            deadline = attempt.deadline = self._loop.time() + timeout
-            attempt.due = _monotonic() + timeout if self._clocks_differ() else _NO_DUE
-        else:
-            deadline = attempt.deadline = started[0] + timeout
-            attempt.due = started[1] + timeout if self._clocks_differ() else _NO_DUE
-        return deadline
-
-    def _clocks_differ(self) -> bool:
-        """Whether timers are checked against the monotonic clock as well as the loop's:
-        asyncio's loops read time.monotonic(), others (uvloop) a clock of their own, and a
-        loop keeping virtual time (a test loop) counts alone. Decided at the first timer."""
-        differ = self._two_clocks
-        if differ is None:
-            loop = self._loop
-            differ = self._two_clocks = (
-                type(loop).time is not _MONOTONIC_LOOP_TIME
-                and abs(loop.time() - _monotonic()) < 1.0
-            )
-        return differ
-
-    def _arm_inline_timer(self, attempt: Attempt, timeout: float) -> None:
-        """One timer per run serves every inline attempt: armed for the earliest pending
-        deadline, re-armed when it fires early for a later one, never cancelled per attempt
-        (a long inline chain would otherwise pile cancelled timer handles into the loop's
-        heap without the loop ever running to clean them)."""
-        loop = self._loop
-        deadline = self._set_deadline(attempt, timeout)
-        self.inline_attempt = attempt
-        timer = self._inline_timer
-        if timer is None or self._inline_when > deadline:
-            if timer is not None:
-                timer.cancel()
-            self._inline_when = deadline
-            self._inline_timer = loop.call_at(deadline, self._inline_tick)
-
-    def stop_inline_timer(self) -> None:
-        """The phase's task ends: its inline timer goes with it."""
-        timer = self._inline_timer
-        if timer is not None:
-            self._inline_timer = None
-            timer.cancel()
-
-    def _inline_tick(self) -> None:
-        self._inline_timer = None
-        attempt = self.inline_attempt
-        if attempt is None:
-            return  # armed for an attempt that has finished; the next one re-arms
-        # Armed for an earlier attempt's deadline, or fired early (see ``_sleep_over``).
-        loop = self._loop
-        now = loop.time()
-        rest = max(attempt.deadline - now, attempt.due - _monotonic())
-        if rest > 0.0:
-            self._inline_when = now + rest
-            self._inline_timer = loop.call_later(rest, self._inline_tick)
-            return
-        if attempt.state != _RUNNING:
-            return
-        task = self.task
-        if task.cancelling() > attempt.baseline:
-            return  # a cancellation (the caller's, passed on) is already on its way in
-        self._time_out(attempt, task)
-
-    def _time_out(self, attempt: Attempt, task: asyncio.Task[Any]) -> None:
+    def time_out(self, attempt: Attempt, task: asyncio.Task[Any]) -> None:
         """The attempt's time is up: cancel what runs it (inline: the phase's task)."""
         attempt.state = _TIMED_OUT
         task.cancel(TIMEOUT_MESSAGE)
@@ -542,19 +438,3 @@ class Calls:
             attempt.timeout,
             self.was_clipped(attempt.job, attempt.number),
         )
-
-    def _on_timeout(self, attempt: Attempt) -> None:
-        attempt.timer = None
-        if attempt.state >= _TIMED_OUT:
-            return
-        task = attempt.task
-        if task is None or task.done():
-            return
-        if attempt.state == _CALLED:  # pragma: no cover - the task's first step is queued
-            attempt.timer = self._loop.call_soon(self._on_timeout, attempt)
-            return
-        rest = max(attempt.deadline - self._loop.time(), attempt.due - _monotonic())
-        if rest > 0.0:  # fired early (see ``_sleep_over``)
-            attempt.timer = self._loop.call_later(rest, self._on_timeout, attempt)
-            return
-        self._time_out(attempt, task)

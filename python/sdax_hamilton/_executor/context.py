@@ -497,7 +497,7 @@ class RunContext:
         if stage is _STARTING or task is None or task.done():
             return  # not begun: the coordinator sees the request and starts nothing
         calls = self._calls
-        attempt = calls.inline_attempt if calls is not None else None
+        attempt = calls.timers.inline if calls is not None else None
         if attempt is not None and attempt.timed_out:
             return  # already cancelled once, by its timeout: aborted once it has drained
         task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline
