@@ -50,6 +50,9 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BAD_HINT", sdax_core::Op::BadHint as u8)?;
     m.add("NO_BUDGET", sdax_core::Op::NoBudget as u8)?;
     m.add("FALLBACK", sdax_core::Op::Fallback as u8)?;
+    m.add("DRAW", sdax_core::Op::Draw as u8)?;
+    m.add("CLOSE", sdax_core::Op::Close as u8)?;
+    m.add("STOP_DRAW", sdax_core::Op::StopDraw as u8)?;
     m.add("CARRIED", carry::CARRIED)?;
     m.add("CARRIED_RAISED", carry::RAISED)?;
     m.add("CARRIED_RETURNED", carry::RETURNED)?;

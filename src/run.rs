@@ -89,6 +89,9 @@ fn refusal(hint: &Bound<'_, PyAny>, classified: &Hint) -> String {
 type CarryingArgs = (Py<PyCarrier>, Py<PyDict>, Py<PyList>, Py<PyAny>, Py<PyAny>);
 
 /// Scheduling state of one execution of a `Plan`.
+/// `(source, collect, templates, limit)`: one fan-out handed to `Run(fan_outs=)`.
+type FanOutArgs = (usize, usize, Vec<usize>, Option<u32>);
+
 #[pyclass(module = "sdax_hamilton._core", name = "Run")]
 pub(crate) struct PyRun {
     core: Run,
@@ -162,13 +165,14 @@ impl PyRun {
 #[pymethods]
 impl PyRun {
     #[new]
-    #[pyo3(signature = (plan, seed=None, *, instant_retries=false, retry_budget=None, fallbacks=None))]
+    #[pyo3(signature = (plan, seed=None, *, instant_retries=false, retry_budget=None, fallbacks=None, fan_outs=None))]
     fn py_new(
         plan: &Bound<'_, PyPlan>,
         seed: Option<&Bound<'_, PyAny>>,
         instant_retries: bool,
         retry_budget: Option<Py<PyRetryBudget>>,
         fallbacks: Option<Vec<usize>>,
+        fan_outs: Option<Vec<FanOutArgs>>,
     ) -> PyResult<Self> {
         let seed = match seed {
             None => None,
@@ -203,6 +207,11 @@ impl PyRun {
         }
         if let Some(jobs) = fallbacks {
             core = core.with_fallbacks(&jobs);
+        }
+        for (source, collect, templates, limit) in fan_outs.unwrap_or_default() {
+            core = core
+                .with_fan_out(source, collect, &templates, limit)
+                .map_err(|e| PyValueError::new_err(e.to_string()))?;
         }
         Ok(PyRun {
             core,
@@ -358,6 +367,50 @@ impl PyRun {
             .drained(job_id(job, "drained")?, &mut self.out)
             .map_err(run_err)?;
         self.commands(py)
+    }
+
+    /// Fan-out: the draw of the source of `job` (DRAW) ended with an item or, `item`
+    /// false, with the source exhausted.
+    fn drawn<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+        item: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.core
+            .drawn(job_id(job, "drawn")?, item, &mut self.out)
+            .map_err(run_err)?;
+        self.commands(py)
+    }
+
+    /// Fan-out: the draw of the source of `job` raised.
+    fn draw_failed<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.core
+            .draw_failed(job_id(job, "draw_failed")?, &mut self.out)
+            .map_err(run_err)?;
+        self.commands(py)
+    }
+
+    /// Fan-out: the close of the source of `job` (CLOSE) has finished.
+    fn closed<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        self.core
+            .closed(job_id(job, "closed")?, &mut self.out)
+            .map_err(run_err)?;
+        self.commands(py)
+    }
+
+    /// The number of forward jobs, grown ones included.
+    #[getter]
+    fn job_count(&self) -> usize {
+        self.core.job_count()
     }
 
     fn unstarted<'py>(

@@ -24,6 +24,9 @@ use rand::SeedableRng;
 use crate::graph::Plan;
 use crate::policy::Policy;
 
+#[path = "fanout.rs"]
+mod fanout;
+
 /// What a command asks the driver to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
@@ -60,6 +63,15 @@ pub enum Op {
     /// with its value, or [`Run::failed`] (its failure is then final), or, cancelled,
     /// [`Run::drained`].
     Fallback = 10,
+    /// Fan-out: ask the source of `job` (a `Parallelizable` node) for item `attempt`; report
+    /// [`Run::drawn`] or [`Run::draw_failed`].
+    Draw = 11,
+    /// Fan-out: close the source of `job` (a generator's `close()`, an async generator's
+    /// `aclose()`); report [`Run::closed`] when it has finished.
+    Close = 12,
+    /// Fan-out: cancel the draw of item `attempt` from the source of `job` in flight; its
+    /// end is reported as any draw's ([`Run::drawn`] or [`Run::draw_failed`]).
+    StopDraw = 13,
 }
 
 /// What a run asks before a forward retry and tells of each forward first attempt: the
@@ -187,6 +199,8 @@ pub enum RunError {
     NotQuiescent { pending: u32 },
     /// `begin_shutdown` twice.
     ShutdownBegun,
+    /// A fan-out handed to [`Run::with_fan_out`] does not fit the plan.
+    BadFanOut(String),
 }
 
 impl fmt::Display for RunError {
@@ -215,6 +229,7 @@ impl fmt::Display for RunError {
                 "Run.begin_shutdown: {pending} forward job(s) still pending"
             ),
             RunError::ShutdownBegun => f.write_str("Run.begin_shutdown: shutdown already began"),
+            RunError::BadFanOut(why) => write!(f, "Run.with_fan_out: {why}"),
         }
     }
 }
@@ -262,6 +277,14 @@ pub struct Run {
     gate: Option<Gate>,
     /// Per forward job: it has a fallback not called yet (empty: none has one).
     fallbacks: Vec<bool>,
+    /// Fan-out: the number of the plan's jobs; jobs from here on were grown per item.
+    base: usize,
+    /// Fan-out: what each grown job is (`jobs[base + k]` is `grown[k]`).
+    grown: Vec<fanout::Grown>,
+    /// Fan-out: each `Parallelizable` node's state (empty: the plan has none).
+    fans: Vec<fanout::Fan>,
+    /// Fan-out: per plan job, `(fan, position)` when it is a branch template.
+    templates: Vec<Option<(u32, u32)>>,
 }
 
 enum Target {
@@ -273,6 +296,7 @@ impl Run {
     /// A fresh run. `seed` makes the jitter reproducible; `None` seeds from the thread RNG
     /// (itself seeded by the OS) the first time a delay is drawn.
     pub fn new(plan: Arc<Plan>, seed: Option<u64>) -> Self {
+        let plan_len = plan.len();
         let jobs = (0..plan.len())
             .map(|j| Job {
                 state: JobState::Waiting,
@@ -296,6 +320,20 @@ impl Run {
             instant_retries: false,
             gate: None,
             fallbacks: Vec::new(),
+            base: plan_len,
+            grown: Vec::new(),
+            fans: Vec::new(),
+            templates: Vec::new(),
+        }
+    }
+
+    /// The plan job whose node a job runs: itself, or the template of a grown job.
+    #[inline]
+    fn tpl(&self, job: usize) -> usize {
+        if job < self.base {
+            job
+        } else {
+            self.grown_template(job)
         }
     }
 
@@ -424,7 +462,7 @@ impl Run {
         RunError::WrongState {
             event,
             job: job as u32,
-            node: self.plan.names()[i].clone(),
+            node: self.job_name(i),
             release,
             state,
         }
@@ -489,7 +527,7 @@ impl Run {
     #[inline]
     fn launch(&mut self, job: usize, out: &mut Vec<Command>) {
         let mut op = Op::Start;
-        let mut timeout = self.plan.policies[job].timeout();
+        let mut timeout = self.plan.policies[self.tpl(job)].timeout();
         if let Some(left) = self.left() {
             if left <= 0.0 {
                 self.expire(job, out);
@@ -500,10 +538,11 @@ impl Run {
                 op = Op::StartClipped;
             }
         }
+        let owns = self.plan.releases[self.tpl(job)].is_some();
         let j = &mut self.jobs[job];
         if j.state == JobState::Waiting {
             self.pending += 1;
-            if self.plan.releases[job].is_some() {
+            if owns {
                 self.owed += 1;
             }
         }
@@ -623,6 +662,7 @@ impl Run {
     #[inline]
     fn launch_release(&mut self, i: usize, out: &mut Vec<Command>) {
         let n = self.jobs.len();
+        let timeout = self.plan.releases[self.tpl(i)].and_then(|p| p.timeout());
         let r = &mut self.rels[i];
         if r.state == JobState::Waiting {
             self.pending += 1;
@@ -630,7 +670,6 @@ impl Run {
         r.state = JobState::Running;
         let attempt = r.attempts;
         r.attempts = r.attempts.saturating_add(1);
-        let timeout = self.plan.releases[i].and_then(|p| p.timeout());
         out.push(Command {
             op: Op::Start,
             job: (n + i) as u32,
@@ -670,6 +709,9 @@ impl Run {
                 _ => {}
             }
         }
+        if !self.fans.is_empty() {
+            self.fan_abort(out);
+        }
     }
 
     /// Begin the forward phase: START every node with no active dependency.
@@ -700,6 +742,10 @@ impl Run {
                 JobState::Running => {
                     self.jobs[i].state = JobState::Succeeded;
                     self.pending -= 1;
+                    if !self.fans.is_empty() {
+                        self.fan_succeeded(i, out);
+                        return Ok(());
+                    }
                     let plan = Arc::clone(&self.plan);
                     for &c in plan.consumers.row(i) {
                         let cj = &mut self.jobs[c as usize];
@@ -740,7 +786,7 @@ impl Run {
         match self.target("failed", job)? {
             Target::Forward(i) => match self.jobs[i].state {
                 JobState::Running => {
-                    let policy = self.plan.policies[i];
+                    let policy = self.plan.policies[self.tpl(i)];
                     let attempt = self.jobs[i].attempts - 1;
                     if !self.aborted && policy.may_retry(attempt, retryable) {
                         if self.left().is_some_and(|left| left <= 0.0) {
@@ -769,7 +815,7 @@ impl Run {
             },
             Target::Release(i) => match self.rels[i].state {
                 JobState::Running => {
-                    let policy = self.plan.releases[i].unwrap_or_default();
+                    let policy = self.plan.releases[self.tpl(i)].unwrap_or_default();
                     let attempt = self.rels[i].attempts - 1;
                     if policy.may_retry(attempt, retryable) {
                         if policy.retry_after() {
@@ -813,7 +859,7 @@ impl Run {
         match self.target("hinted", job)? {
             Target::Forward(i) => match self.jobs[i].state {
                 JobState::Hinting => {
-                    let policy = self.plan.policies[i];
+                    let policy = self.plan.policies[self.tpl(i)];
                     let attempt = self.jobs[i].attempts - 1;
                     match self.hint_delay(&policy, attempt, hint) {
                         Some(delay) => Ok(self.schedule(i, attempt, delay, out)),
@@ -834,7 +880,7 @@ impl Run {
             },
             Target::Release(i) => match self.rels[i].state {
                 JobState::Hinting => {
-                    let policy = self.plan.releases[i].unwrap_or_default();
+                    let policy = self.plan.releases[self.tpl(i)].unwrap_or_default();
                     let attempt = self.rels[i].attempts - 1;
                     match self.hint_delay(&policy, attempt, hint) {
                         Some(delay) => Ok(self.schedule_release(i, attempt, delay, out)),
@@ -970,9 +1016,10 @@ impl Run {
     }
 
     fn withdraw(&mut self, i: usize) {
+        let t = self.tpl(i);
         let j = &mut self.jobs[i];
         j.attempts -= 1;
-        if j.attempts == 0 && self.plan.releases[i].is_some() {
+        if j.attempts == 0 && self.plan.releases[t].is_some() {
             self.owed -= 1;
         }
     }
@@ -998,6 +1045,9 @@ impl Run {
             return Err(RunError::ShutdownBegun);
         }
         self.aborted = true;
+        for fan in self.fans.iter_mut() {
+            fan.abandon();
+        }
         for j in self.jobs.iter_mut() {
             j.state = match j.state {
                 JobState::Running | JobState::Cancelling => JobState::Drained,
@@ -1030,6 +1080,10 @@ impl Run {
         }
         let n = self.jobs.len();
         let plan = Arc::clone(&self.plan);
+        if !self.fans.is_empty() {
+            self.fan_shutdown(out);
+            return Ok(());
+        }
         self.rels = (0..n)
             .map(|i| Job {
                 state: if plan.releases[i].is_some() && self.jobs[i].attempts > 0 {
@@ -1069,6 +1123,10 @@ impl Run {
     }
 
     fn propagate(&mut self, complete: &mut Vec<u32>, out: &mut Vec<Command>) {
+        if !self.fans.is_empty() {
+            self.fan_propagate(complete, out);
+            return;
+        }
         let plan = Arc::clone(&self.plan);
         while let Some(i) = complete.pop() {
             for &d in plan.deps.row(i as usize) {

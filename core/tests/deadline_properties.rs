@@ -228,6 +228,7 @@ fn drive(case: &Case) {
                 }
                 Op::BadHint => {}
                 Op::NoBudget | Op::Fallback => unreachable!("no retry budget or fallback here"),
+                Op::Draw | Op::Close | Op::StopDraw => unreachable!("no fan-out here"),
                 Op::Cancel => {
                     pending.remove(&c.job);
                     let mut out = Vec::new();

@@ -202,6 +202,7 @@ impl Exec {
                     },
                 )),
                 Op::NoBudget | Op::Fallback => unreachable!("no retry budget or fallback here"),
+                Op::Draw | Op::Close | Op::StopDraw => unreachable!("no fan-out here"),
             }
         }
     }

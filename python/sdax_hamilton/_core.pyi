@@ -47,6 +47,12 @@ FALLBACK: Final[int]  # = 10: attempt ``attempt``'s failure is final and the job
 #                       fallback: call it once; the job stays running. Report ``succeeded``
 #                       with its value, ``failed`` (final), or ``drained`` once cancelled.
 
+DRAW: Final[int]  # = 11: ask the source of ``job`` (a Parallelizable node) for item ``attempt``;
+# report ``drawn`` or ``draw_failed``
+CLOSE: Final[int]  # = 12: close the source of ``job``; report ``closed`` when it has finished
+STOP_DRAW: Final[int]  # = 13: cancel the draw in flight from the source of ``job``; its end is
+# reported as any draw's
+
 # Emitted only while a carrier is attached (``Run.carry_with``; src/carry.rs):
 CARRIED: Final[int]  # = 0x80: the Run carried out the first attempt of ``job`` itself (a
 #                      lone START) and hands it back; ``attempt`` is 0, ``arg`` a
@@ -315,6 +321,7 @@ class Run:
         instant_retries: bool = False,
         retry_budget: RetryBudget | None = None,
         fallbacks: list[int] | None = None,
+        fan_outs: list[tuple[int, int, list[int], int | None]] | None = None,
     ) -> Run:
         """``seed`` (any int, taken modulo 2**64) makes the jitter of this run
         reproducible for a given build of the extension; ``None`` seeds from the OS-seeded
@@ -322,7 +329,20 @@ class Run:
         every retry wait, of nodes and of releases, 0 seconds; attempts and retry decisions
         are unchanged. ``retry_budget``: every forward first attempt deposits in it (at
         ``time.monotonic()``) and every forward retry takes from it or is refused
-        (NO_BUDGET). ``fallbacks``: the forward jobs with a fallback (FALLBACK)."""
+        (NO_BUDGET). ``fallbacks``: the forward jobs with a fallback (FALLBAC).
+        ``fan_outs``: ``(source, collect, templates, limit)`` per Parallelizable node: the
+        branch's nodes (``templates``) run once per item drawn, as jobs grown at run time
+        (``job_count``); ``limit`` bounds the branches at once (docs/fanout.md).""""""
+    def drawn(self, job: int, item: bool) -> list[Command]:
+        """The DRAW of ``job``'s source ended: an item (its branch grows: the jobs of
+        ``job_count`` before it, in template order) or, ``item`` false, the end."""
+    def draw_failed(self, job: int) -> list[Command]:
+        """The DRAW of ``job``'s source raised: the run aborts."""
+    def closed(self, job: int) -> list[Command]:
+        """The CLOSE of ``job``'s source has finished."""
+    @property
+    def job_count(self) -> int:
+        """The forward jobs, grown ones included (release ``i`` is job ``job_count + i``)."""
     def start(self) -> list[Command]:
         """Begin the forward phase: START every node with no active dependency."""
     def succeeded(self, job: int) -> list[Command]:
