@@ -156,6 +156,8 @@ class ExecutionDeclaration:
     in_thread: bool = False
     """Each attempt runs the (sync) function in a worker thread (docs/lifecycle.md,
     "Blocking functions")."""
+    max_concurrency: int | None = None
+    """On a ``Parallelizable`` node: the most branches running at once (docs/fanout.md)."""
 
 
 def _guards(
@@ -224,6 +226,7 @@ def execution(
     breaker: CircuitBreaker | None = None,
     fallback: Fallback | None = None,
     in_thread: bool = False,
+    max_concurrency: int | None = None,
 ) -> Callable[[_F], _F]:
     """Attach a forward attempt policy to a Hamilton function (docs/contract.md#declarations).
 
@@ -240,9 +243,14 @@ def execution(
     ``in_thread=True`` runs each attempt of a sync function in a worker thread (the
     Driver's ``executor``), so a blocking call does not stall the event loop; an async
     function is a ``TypeError`` (docs/lifecycle.md, "Blocking functions").
+
+    ``max_concurrency`` (an int >= 1, or ``None``: no bound), on a node returning
+    ``Parallelizable[T]``: the most of its items' branches running at once
+    (docs/fanout.md).
     """
     if type(in_thread) is not bool:
         raise TypeError(f"in_thread must be True or False, not {type(in_thread).__name__}")
+    _check_max_concurrency(max_concurrency)
     policy = _policy(
         timeout=timeout,
         retries=retries,
@@ -254,7 +262,9 @@ def execution(
     )
     guards = _guards(bulkhead, breaker, fallback)
     target = _targets(target_)
-    declaration = ExecutionDeclaration(policy, target, *guards, in_thread=in_thread)
+    declaration = ExecutionDeclaration(
+        policy, target, *guards, in_thread=in_thread, max_concurrency=max_concurrency
+    )
 
     def decorate(fn: _F) -> _F:
         if in_thread and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
@@ -268,6 +278,21 @@ def execution(
         return fn
 
     return decorate
+
+
+def _check_max_concurrency(value: object) -> None:
+    """``None``, or an int (never a bool) of at least 1."""
+    if value is None:
+        return
+    if type(value) is not int:
+        raise TypeError(
+            f"Invalid max_concurrency: {_messages.type_name(value)}; max_concurrency must be "
+            "an int >= 1 or None"
+        )
+    if value < 1:
+        raise ValueError(
+            f"Invalid max_concurrency: {value}; max_concurrency must be >= 1 (None: no bound)"
+        )
 
 
 def shutdown(

@@ -32,6 +32,7 @@ from ._executor import (
     carrier_of,
     open_run,
 )
+from ._branches import fan_outs
 from ._executor.threads import in_thread
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec
@@ -551,6 +552,12 @@ def build_plan(
     except ValueError as exc:
         raise _unknown_selected(exc, nodes) from None
     _check_reached(nodes, config, core_plan.reached, replaced)
+    fans = fan_outs(nodes, core_plan, outputs, replaced, check_outputs)
+    if fans is not None and cache is not None:
+        raise ValueError(
+            "Driver(cache=...) does not run plans with a Parallelizable node: prepare this "
+            "selection with a Driver without cache"
+        )
     consumed = _consumed(nodes, config, core_plan.nodes)
     required = _required_inputs(consumed, core_plan.reached, optional, overridden)
     _check_config_inputs(nodes, config, consumed)
@@ -577,7 +584,9 @@ def build_plan(
         input_names=input_names,
         defaulted=defaulted,
         config_table=config_table,
-        jobs=_jobs(program.runtimes, program.specs, cache, retry_budget),
+        jobs=_jobs(program.runtimes, program.specs, cache, retry_budget)
+        if fans is None
+        else JobTable(program.runtimes, None, retry_budget=retry_budget, fan_outs=fans),
         inputs=None
         if overridden
         else _core.InputTable(
@@ -864,6 +873,8 @@ def _runtime(
     for inp in spec.inputs:
         if inp.name in nodes or inp.name in config or inp.name in required:
             args.append((inp.name, inp.name))
+            if inp.name == spec.collects:
+                continue  # a list of the branch's results, each checked where it was made
             # Produced values are checked at their producer and edges were proven
             # compatible above; only unchecked producers (check_outputs=False) leave a
             # check for their consumers, once before the first attempt.
@@ -882,7 +893,9 @@ def _runtime(
         args=tuple(args),
         defaults=MappingProxyType(defaults) if defaults else _NO_DEFAULTS,
         input_checks=tuple(input_checks),
-        output_check=checker(spec.type) if check_outputs else None,
+        # A Parallelizable node's value is its source; its items are checked as drawn
+        # (``FanOut.item_check``).
+        output_check=checker(spec.type) if check_outputs and spec.fan != "expand" else None,
         retryable=_retryable(spec.policy),
         output_type=spec.type,
         release=None

@@ -86,3 +86,11 @@ class NodeSpec:
     """Called with the failure when the node has failed for good (docs/resilience.md)."""
     in_thread: bool = False
     """Each attempt runs ``call`` in a worker thread (``execution(in_thread=True)``)."""
+    fan: str | None = None
+    """``"expand"`` for a ``Parallelizable`` node (``type`` is then its item type),
+    ``"collect"`` for a ``Collect`` node (docs/fanout.md)."""
+    collects: str | None = None
+    """For a ``Collect`` node: the input that receives the list of the items' results (its
+    ``InputSpec.type`` is the item result's type)."""
+    max_concurrency: int | None = None
+    """For a ``Parallelizable`` node: the most branches running at once (``None``: no bound)."""

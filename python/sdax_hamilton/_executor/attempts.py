@@ -66,6 +66,9 @@ class EventKind(enum.IntEnum):
     deadline passed while it waited (``False``): ``guards.py``."""
     FELL_BACK = 9
     """``(_, Attempt, (raised, value or error, original))``: an async fallback ended."""
+    FAN = 10
+    """``(_, handler, payload)``: a fan-out's source did something (``fanout.py``); the
+    coordinator calls ``handler(payload)``."""
 
 
 Event = tuple[EventKind, Any, Any]

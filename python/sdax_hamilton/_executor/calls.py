@@ -18,6 +18,7 @@ from typing import Any, Final
 from .. import _core
 from .._declarations import Acquisition
 from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
+from .fanout import RunJobs, Sources
 from .guards import Guards
 from .jobs import Job, JobTable
 from .record import FailureRecord
@@ -35,6 +36,7 @@ _NO_ROOM: Final = _core.NO_ROOM
 _BAD_HINT: Final = _core.BAD_HINT
 _NO_BUDGET: Final = _core.NO_BUDGET
 _FALLBACK: Final = _core.FALLBACK
+_FAN_OPS: Final = (_core.DRAW, _core.CLOSE, _core.STOP_DRAW)
 _CARRIED: Final = _core.CARRIED
 _CARRIED_RAISED: Final = _core.CARRIED_RAISED
 _CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
@@ -72,6 +74,7 @@ class Calls:
         "_values",
         "_watch",
         "cache",
+        "fans",
         "kwargs",
         "table",
         "task",
@@ -111,6 +114,24 @@ class Calls:
         self._guards: Guards | None = None  # the shared objects at work (``guards``)
         # The run's lookups and stores (``cache.py``), when the plan caches nodes.
         self.cache = None if jobs.cache is None else jobs.cache.run(self)
+        # The run's fan-out sources (``fanout.py``); ``None``: the plan has none.
+        self.fans: Sources | None = None
+        if isinstance(jobs, RunJobs):
+            self.fans = Sources(self, jobs, values)
+            jobs.on_grow = self._grow
+
+    def _grow(self, jobs: int, forward: bool) -> None:
+        """The run's job table grew by ``jobs`` (a fan-out's item, or its releases)."""
+        self.table.grow(jobs)
+        if forward:
+            self.kwargs.extend([None] * jobs)
+            self._acquisitions.extend([None] * jobs)
+            if self._clipped is not None:
+                self._clipped.extend([-1] * jobs)
+
+    @property
+    def record(self) -> FailureRecord:
+        return self._record
 
     def report(self) -> Reporter:
         """The run's reporter: the run's own (``reporter``, when it has observers), else
@@ -178,6 +199,8 @@ class Calls:
                 self.table.post((_EXPIRED, self._jobs[job], attempt))
             elif op == _NO_ROOM or op == _BAD_HINT or op == _NO_BUDGET or op == _FALLBACK:
                 pass  # why a failure is final, or a fallback: read by ``Outcomes``
+            elif self.fans is not None and op in _FAN_OPS:
+                self.fans.execute(op, job, attempt)
             else:  # pragma: no cover - contract violation by the core
                 raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
 

@@ -25,6 +25,7 @@ from .attempts import EventKind
 from .calls import Calls
 from .coordinator import Stage, coordinate, salvage_detached
 from .eager import IN_RUN, PHASE_TASK_NAME, check_room, current_task, phase_task
+from .fanout import RunJobs
 from .jobs import JobTable
 from .outcomes import Outcomes
 from .record import FailureRecord
@@ -138,7 +139,8 @@ class RunContext:
         budget: float | None = None,
     ) -> None:
         self._plan = plan
-        self._jobs = jobs
+        # A plan with a Parallelizable node: the run's own table, grown as it goes (fanout.py).
+        self._jobs = jobs if jobs.fan_outs is None else RunJobs(jobs)
         self._values = values
         self._outputs = outputs
         self._seed = seed
@@ -274,13 +276,16 @@ class RunContext:
         if len(self._plan) != n:
             raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
         shared = jobs.shared
-        if shared is not None:  # a retry budget, fallbacks (docs/resilience.md)
+        fan_outs = jobs.fan_outs
+        if shared is not None or fan_outs is not None:
+            # A retry budget, fallbacks (docs/resilience.md), fan-outs (docs/fanout.md).
             self._run = _core.Run(
                 self._plan,
                 self._seed,
                 instant_retries=self._instant,
-                retry_budget=None if shared[0] is None else shared[0]._core,
-                fallbacks=shared[1],
+                retry_budget=None if shared is None or shared[0] is None else shared[0]._core,
+                fallbacks=None if shared is None else shared[1],
+                fan_outs=None if fan_outs is None else [fan.core_args() for fan in fan_outs],
             )
         elif self._instant:
             self._run = _core.Run(self._plan, self._seed, instant_retries=True)

@@ -18,6 +18,7 @@ from .runtime import NodeRuntime, ReleaseRuntime, carrier_of
 
 if TYPE_CHECKING:
     from .cache import PlanCache
+    from .fanout import FanOut
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -68,6 +69,10 @@ class JobTable(tuple[Job, ...]):
     cache: PlanCache | None
     """The plan's caching (``Driver(..., cache=)``, ``cache.py``); ``None``: none."""
 
+    fan_outs: tuple[FanOut, ...] | None
+    """The plan's ``Parallelizable`` nodes and their branches (docs/fanout.md); ``None``:
+    none, and runs use this table as it is."""
+
     shared: tuple[RetryBudget | None, list[int] | None] | None
     """What runs of this plan hand the core's ``Run`` (docs/resilience.md): the Driver's
     retry budget and the forward jobs with a fallback; ``None``: neither."""
@@ -78,6 +83,7 @@ class JobTable(tuple[Job, ...]):
         carrier: _core.Carrier | None = None,
         cache: PlanCache | None = None,
         retry_budget: RetryBudget | None = None,
+        fan_outs: tuple[FanOut, ...] | None = None,
     ) -> Self:
         nodes = tuple(nodes)
         n = len(nodes)
@@ -112,6 +118,7 @@ class JobTable(tuple[Job, ...]):
         )
         table.carrier = carrier
         table.cache = cache
+        table.fan_outs = fan_outs
         table.calling = carrier if carrier is not None else carrier_of(nodes)
         return table
 

@@ -47,6 +47,7 @@ _STORED: Final = EventKind.STORED
 _ABORT: Final = EventKind.ABORT
 _PERMIT: Final = EventKind.PERMIT
 _FELL_BACK: Final = EventKind.FELL_BACK
+_FAN: Final = EventKind.FAN
 _NO_BUDGET: Final = _core.NO_BUDGET
 _FALLBACK: Final = _core.FALLBACK
 _FAILED: Final = Verdict.FAILED
@@ -130,6 +131,8 @@ class Outcomes:
             self._calls.guards().fell_back(subject, payload, self)
         elif kind is _STORED:
             self._stored(subject)
+        elif kind is _FAN:
+            subject(payload)  # a fan-out's source (``fanout.Sources``)
         else:  # ABORT: an observer raised KeyboardInterrupt/SystemExit (already primary)
             self._execute(self._run.cancel())
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 from .. import _declarations
 from .._spec import InputSpec, NodeSpec
@@ -24,17 +24,17 @@ def index(generated: Iterable[Generated], *, allow_overrides: bool = False) -> d
     Hamilton's ``create_function_graph(..., allow_module_overrides=True)`` does: the name
     keeps its place, the later node is the one compiled.
     """
-    standard = admitted.hamilton_module("node").NodeType.STANDARD
+    roles = admitted.hamilton_module("node").NodeType
+    admitted_roles = (roles.STANDARD, roles.EXPAND, roles.COLLECT)
     by_name: dict[str, Generated] = {}
     valid_types: set[Any] = set()  # node types this loop has validated
     for item in generated:
         node_ = item.node
         name = node_.name
-        if node_.node_role != standard:
+        if node_.node_role not in admitted_roles:
             raise ValueError(
                 f"Hamilton node {name} ({origin(item.prov.decl)}) has role "
-                f"{node_.node_role.name}; Parallelizable/Collect nodes are not supported: "
-                "return a list from one node and process it in the next instead"
+                f"{node_.node_role.name}, which this Driver does not run"
             )
         previous = by_name.get(name)
         if previous is not None and not allow_overrides:
@@ -45,7 +45,7 @@ def index(generated: Iterable[Generated], *, allow_overrides: bool = False) -> d
                 "with Driver(..., allow_module_overrides=True)"
             )
         by_name[name] = item
-        node_type = node_.type
+        node_type = item_type(node_) if _role(node_) == "expand" else node_.type
         try:
             if node_type in valid_types:
                 continue
@@ -55,6 +55,41 @@ def index(generated: Iterable[Generated], *, allow_overrides: bool = False) -> d
         validate_type(node_type, where=f"node {name} ({origin(item.prov.decl)})")
         valid_types.add(node_type)
     return by_name
+
+
+def item_type(node_: Any) -> Any:
+    """The type of a ``Parallelizable[T]`` node's items: ``T`` (``Any`` when bare)."""
+    args = get_args(node_.type)
+    return args[0] if args else Any
+
+
+def _role(node_: Any) -> str | None:
+    """``"expand"``, ``"collect"`` or ``None`` (a standard node), by the node's annotations
+    as Hamilton's ``Node.from_fn`` reads them (a node made by a decorator keeps them)."""
+    roles = admitted.hamilton_module("node").NodeType
+    role = node_.node_role
+    htypes = admitted.hamilton_module("htypes")
+    if role == roles.EXPAND or _is(node_.type, htypes.Parallelizable):
+        return "expand"
+    if role == roles.COLLECT or any(
+        _is(tp, htypes.Collect) for tp, _dependency in node_.input_types.values()
+    ):
+        return "collect"
+    return None
+
+
+def _is(tp: Any, generic: Any) -> bool:
+    return tp is generic or get_origin(tp) is generic
+
+
+def _collected(node_: Any) -> tuple[str, Any] | None:
+    """A ``Collect`` node's collected input and the type of one element of it."""
+    collect = admitted.hamilton_module("htypes").Collect
+    for name, (input_type, _dependency) in node_.input_types.items():
+        if _is(input_type, collect):
+            args = get_args(input_type)
+            return name, args[0] if args else Any
+    return None
 
 
 def hamilton_edge_check(by_name: Mapping[str, Generated], config: Mapping[str, Any]) -> None:
@@ -107,7 +142,19 @@ def default_policy() -> _core.Policy:
     return _core.Policy(retryable_exceptions=_declarations.default_retryable_exceptions())
 
 
-def _inputs(item: Generated) -> tuple[InputSpec, ...]:
+def _inputs(item: Generated, collected: tuple[str, Any] | None) -> tuple[InputSpec, ...]:
+    inputs = _declared_inputs(item)
+    if collected is None:
+        return inputs
+    name, element = collected
+    # The collected input is checked element by element against what the branch returns.
+    return tuple(
+        InputSpec(name=name, type=element, has_default=False) if inp.name == name else inp
+        for inp in inputs
+    )
+
+
+def _declared_inputs(item: Generated) -> tuple[InputSpec, ...]:
     node_ = item.node
     defaults = node_.default_parameter_values
     sources = item.sources
@@ -171,11 +218,22 @@ def specs(
         where = origins.get(id(prov.decl))
         if where is None:
             where = origins[id(prov.decl)] = origin(prov.decl)
+        fan = _role(node_)
+        collected = _collected(node_) if fan == "collect" else None
+        if fan == "collect" and collected is None:  # pragma: no cover - Hamilton's own rule
+            raise ValueError(f"Collect node {name} ({where}) has no Collect[T] parameter")
+        limit = placement.limits.get(name)
+        if limit is not None and fan != "expand":
+            raise ValueError(
+                f"execution(max_concurrency=...) on node {name} ({where}), which is not a "
+                "Parallelizable node: max_concurrency bounds the branches of a node returning "
+                "Parallelizable[T]; drop it here"
+            )
         table[name] = NodeSpec(
             name=name,
-            type=node_.type,
+            type=item_type(node_) if fan == "expand" else node_.type,
             call=node_.callable,
-            inputs=_inputs(item),
+            inputs=_inputs(item, collected),
             policy=placement.policies.get(name, fallback),
             origin=where,
             release=release_entry[0] if release_entry is not None else None,
@@ -188,5 +246,8 @@ def specs(
             breaker=None if guard is None else guard.breaker,
             fallback=None if guard is None else guard.fallback,
             in_thread=name in placement.threaded,
+            fan=fan,
+            collects=None if collected is None else collected[0],
+            max_concurrency=limit,
         )
     return table

@@ -4,7 +4,7 @@ which owned acquisitions each borrowing node borrows (docs/lifecycle.md)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,8 @@ class Placement:
     fallback (docs/resilience.md)."""
     threaded: frozenset[str] = frozenset()
     """Nodes whose attempts run in a worker thread (``execution(in_thread=True)``)."""
+    limits: dict[str, int] = field(default_factory=dict)
+    """Node -> its ``execution(max_concurrency=...)`` (docs/fanout.md)."""
 
 
 Mounts = dict[tuple[str, ...], list[str]]
@@ -68,6 +70,7 @@ def place(
     ownership: set[str] = set()
     guarded: dict[str, _declarations.ExecutionDeclaration] = {}
     threaded: set[str] = set()
+    limits: dict[str, int] = {}
 
     for fn in declarations:
         mounts = groups.get(id(fn), {})
@@ -84,6 +87,8 @@ def place(
                     guarded[name] = found
                 if found.in_thread:
                     threaded.add(name)
+                if found.max_concurrency is not None:
+                    limits[name] = found.max_concurrency
         shutdowns = shutdowns_of(fn)
         if not shutdowns:
             continue
@@ -91,7 +96,9 @@ def place(
             ownership.update(name for name in names if by_name[name].prov.kind == CALL)
         for shutdown in shutdowns:
             _place_release(fn, shutdown, mounts, by_name, checks, releases)
-    return Placement(policies, releases, frozenset(ownership), guarded, frozenset(threaded))
+    return Placement(
+        policies, releases, frozenset(ownership), guarded, frozenset(threaded), limits
+    )
 
 
 def _place_release(

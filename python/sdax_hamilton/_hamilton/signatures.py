@@ -163,12 +163,14 @@ class SignatureChecks:
         # id(release) -> (release, T of its Acquisition[T]), for every checked release.
         self.acquired: dict[int, tuple[FunctionType, Any]] = {}
 
-    def check_signature(self, fn: FunctionType, *, shape_from_resolve: bool) -> None:
+    def check_signature(self, fn: FunctionType, *, shape_from_resolve: bool) -> None:  # noqa: C901
         where = origin(fn)
-        if fn.__code__.co_flags & GENERATOR_FLAGS:  # inspect.isgeneratorfunction / isasyncgen…
+        if fn.__code__.co_flags & GENERATOR_FLAGS and not _parallelizable(fn):
+            # inspect.isgeneratorfunction / isasyncgen…
             raise TypeError(
-                f"{where}: generator functions cannot be graph nodes; return the value "
-                "(a list, or an iterator object) instead of yielding it"
+                f"{where}: generator functions cannot be graph nodes unless they return "
+                "Parallelizable[T] (docs/fanout.md); return the value (a list, or an "
+                "iterator object) instead of yielding it"
             )
         params = code_params(fn)
         plain = params is not None and not shape_from_resolve
@@ -182,7 +184,7 @@ class SignatureChecks:
                     f"{where}.{name}: missing type; annotate the parameter (e.g. {name}: int)"
                 )
             hint = found[name]
-            validate_type(hint, where=f"{where}.{name}")
+            validate_type(fan_item(hint), where=f"{where}.{name}")
             if defaults is not None:
                 default = defaults[index]
                 if default is not EMPTY and not accepts(default, hint):
@@ -193,7 +195,7 @@ class SignatureChecks:
         if "return" not in found:
             raise TypeError(f"{where}: missing return type; annotate it (e.g. -> int)")
         if not shape_from_resolve:
-            validate_type(found["return"], where=f"{where} return")
+            validate_type(fan_item(found["return"]), where=f"{where} return")
         plain = plain and _RESOLUTION_ATTRIBUTES.isdisjoint(fn.__dict__)
         self.facts[id(fn)] = Facts(fn, names, defaults, found, plain)
 
@@ -310,3 +312,26 @@ def acquisition_type(release: FunctionType, hint: Any) -> Any:
         )
     validate_type(args[0], where=f"Shutdown {where} Acquisition type")
     return args[0]
+
+
+def fan_item(hint: Any) -> Any:
+    """``T`` for ``Parallelizable[T]`` and ``Collect[T]`` (``Any`` when bare), else ``hint``:
+    what the type checker validates of a fan-out's annotation (docs/fanout.md)."""
+    htypes = admitted.hamilton_module("htypes")
+    fan = (htypes.Parallelizable, htypes.Collect)
+    if hint in fan:
+        return Any
+    if typing.get_origin(hint) in fan:
+        args = typing.get_args(hint)
+        return args[0] if args else Any
+    return hint
+
+
+def _parallelizable(fn: FunctionType) -> bool:
+    """Whether ``fn``'s return annotation is ``Parallelizable[...]``."""
+    try:
+        hint = hints(fn).get("return")
+    except Exception:  # the signature check reports unreadable annotations
+        return False
+    htypes = admitted.hamilton_module("htypes")
+    return hint is htypes.Parallelizable or typing.get_origin(hint) is htypes.Parallelizable

@@ -1,0 +1,344 @@
+"""Fan-out (``Parallelizable`` / ``Collect``, docs/fanout.md): the driver's side.
+
+The core decides everything (core/src/fanout.rs): when an item is drawn, which jobs an item
+grows, when the ``Collect`` node starts, when the source is closed. Here the driver carries
+that out for one run:
+
+* ``RunJobs``: the run's own job table, a copy of the plan's forward jobs that grows with the
+  core (one job per branch node and item, named ``node[i]``) and gets its release jobs when
+  the shutdown phase reaches them (release ``i`` is job ``n + i``, ``n`` the forward jobs
+  grown by then). It reads a grown job's arguments (its item's values) and fills the
+  ``Collect`` node's list.
+* ``Sources``: the DRAW, CLOSE and STOP_DRAW commands: an item taken from a sync source in
+  the phase's task, from an async one in a task of its own; each outcome goes through the
+  coordinator's queue (``EventKind.FAN``) before the core hears of it.
+
+Only plans with a ``Parallelizable`` node make either: every other plan keeps its tuple
+``JobTable`` and never reaches this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from .. import _core
+from .._failures import add_note_once
+from .attempts import EventKind
+from .jobs import Job, JobTable
+from .runtime import NodeRuntime
+
+if TYPE_CHECKING:
+    from .calls import Calls
+
+_FAN: Final = EventKind.FAN
+_DRAW: Final = _core.DRAW
+_CLOSE: Final = _core.CLOSE
+_STOP_DRAW: Final = _core.STOP_DRAW
+_TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """One ``Parallelizable`` node of a plan and its branch (built once per plan)."""
+
+    source: int
+    """The ``Parallelizable`` node's job."""
+    collect: int
+    """The ``Collect`` node's job."""
+    templates: tuple[int, ...]
+    """The branch's nodes' jobs, in the plan's (dependency) order."""
+    limit: int | None
+    """``max_concurrency``."""
+    keyword: str
+    """The ``Collect`` node's parameter receiving the list."""
+    collected: str
+    """The branch node whose results the list holds."""
+    item_check: Callable[[Any], bool] | None = None
+    """Checks each item against the ``T`` of ``Parallelizable[T]`` (``None``: unchecked)."""
+
+    def core_args(self) -> tuple[int, int, list[int], int | None]:
+        return self.source, self.collect, list(self.templates), self.limit
+
+
+class _Branch:
+    """How a branch node's job is made for item ``i`` (built once per run, per template)."""
+
+    __slots__ = ("args", "job")
+
+    def __init__(self, job: Job, per_item: frozenset[str]) -> None:
+        self.job = job
+        # (keyword, key, per item): a per-item key is read as ``key[i]``
+        self.args = tuple((kw, key, key in per_item) for kw, key in job.node.args)
+
+    def grown(self, item: int, job_id: int) -> Job:
+        template = self.job
+        node = template.node
+        name = f"{node.name}[{item}]"
+        args = tuple((kw, f"{key}[{item}]" if per else key) for kw, key, per in self.args)
+        return dataclasses.replace(
+            template,
+            id=job_id,
+            owner=job_id,
+            node=dataclasses.replace(node, name=name, args=args),
+            name=name,
+            subject=f"node {name!r}",
+        )
+
+
+class RunJobs(list[Job]):
+    """One fan-out run's job table: ``jobs[job]`` as in ``JobTable``, growing with the run."""
+
+    nodes: tuple[NodeRuntime, ...]
+    forward_count: int
+    carrier: None
+    calling: RunJobs
+    cache: None
+    shared: Any
+    fan_outs: tuple[FanOut, ...]
+
+    def __init__(self, plan_jobs: JobTable) -> None:
+        fan_outs = plan_jobs.fan_outs
+        assert fan_outs is not None
+        n = plan_jobs.forward_count
+        super().__init__(plan_jobs[:n])
+        self._plan_jobs = plan_jobs
+        self.nodes = plan_jobs.nodes
+        self.forward_count = n
+        self.carrier = None
+        self.calling = self  # ``arguments`` below
+        self.cache = None
+        self.shared = plan_jobs.shared
+        self.fan_outs = fan_outs
+        self.items = [0] * len(fan_outs)
+        self._plan_arguments = plan_jobs.calling.arguments
+        self._branches: list[list[_Branch]] = []
+        for fan in fan_outs:
+            per_item = frozenset(
+                [plan_jobs[fan.source].name, *(plan_jobs[t].name for t in fan.templates)]
+            )
+            self._branches.append([_Branch(plan_jobs[t], per_item) for t in fan.templates])
+        self._collects = {fan.collect: f for f, fan in enumerate(fan_outs)}
+        self.on_grow: Callable[[int, bool], None] | None = None
+        self._released = False
+
+    def __getitem__(self, job: Any) -> Any:
+        try:
+            return list.__getitem__(self, job)
+        except IndexError:
+            if self._released or type(job) is not int:
+                raise
+        self._add_releases()
+        return list.__getitem__(self, job)
+
+    def grow(self, f: int) -> None:
+        """The core grew item ``items[f]`` of fan-out ``f``: one job per branch node."""
+        item = self.items[f]
+        self.items[f] = item + 1
+        first = len(self)
+        branches = self._branches[f]
+        self.extend(b.grown(item, first + k) for k, b in enumerate(branches))
+        self.forward_count = len(self)
+        if self.on_grow is not None:
+            self.on_grow(len(branches), True)
+
+    def _add_releases(self) -> None:
+        """The shutdown phase began: release ``i`` is job ``n + i``."""
+        self._released = True
+        n = len(self)
+        self.extend(
+            Job(n + i, False, job.node, i, job.name, f"release of {job.name!r}",
+                () if job.node.release is None else job.node.release.retryable,
+                None if job.node.release is None else job.node.release.retry_after,
+                job.node.release)
+            for i, job in enumerate(list.__iter__(self))
+            if i < n
+        )  # fmt: skip
+        if self.on_grow is not None:
+            self.on_grow(n, False)
+
+    def arguments(self, job: int, values: dict[str, Any]) -> dict[str, Any]:
+        """A forward job's first arguments, as ``Carrier.arguments`` reads them (src/carry.rs):
+        a grown job's from its item's values, a ``Collect`` node's list filled first."""
+        f = self._collects.get(job)
+        if f is not None:
+            fan = self.fan_outs[f]
+            key = fan.collected
+            values[key] = [values[f"{key}[{i}]"] for i in range(self.items[f])]
+        if job < self._plan_jobs.forward_count:
+            return self._plan_arguments(job, values)
+        node = list.__getitem__(self, job).node
+        kwargs = {kw: values[key] for kw, key in node.args}
+        if node.defaults:
+            for kw, default in node.defaults.items():
+                kwargs.setdefault(kw, default)
+        for kw, check in node.input_checks:
+            if not check(kwargs[kw]):
+                raise TypeError(f"Invalid input for {node.name}.{kw}")
+        return kwargs
+
+
+class Sources:
+    """The sources of one run's fan-outs: DRAW, CLOSE and STOP_DRAW carried out."""
+
+    __slots__ = ("_calls", "_draws", "_its", "_jobs", "_values")
+
+    def __init__(self, calls: Calls, jobs: RunJobs, values: dict[str, Any]) -> None:
+        self._calls = calls
+        self._jobs = jobs
+        self._values = values
+        self._its: dict[int, Iterator[Any] | AsyncIterator[Any] | None] = {}
+        self._draws: dict[int, asyncio.Task[None]] = {}  # in flight from async sources
+
+    def execute(self, op: int, job: int, item: int) -> None:
+        post = self._calls.table.post
+        if op == _DRAW:
+            post((_FAN, self._draw, (job, item)))
+        elif op == _CLOSE:
+            post((_FAN, self._close, job))
+        elif op == _STOP_DRAW:
+            task = self._draws.get(job)
+            if task is not None:
+                task.cancel()
+        else:  # pragma: no cover - contract violation by the core
+            raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
+
+    def _iterator(self, job: int) -> Iterator[Any] | AsyncIterator[Any]:
+        it = self._its.get(job)
+        if it is None:
+            source = self._values[self._jobs[job].name]
+            if hasattr(source, "__anext__"):
+                it = source
+            elif hasattr(source, "__aiter__"):
+                it = source.__aiter__()
+            else:
+                it = iter(source)
+            self._its[job] = it
+        return it
+
+    def _draw(self, payload: tuple[int, int]) -> None:
+        job, item = payload
+        try:
+            it = self._iterator(job)
+        except BaseException as exc:
+            self._failed(job, item, exc)
+            return
+        if hasattr(it, "__anext__"):
+            loop = asyncio.get_running_loop()
+            self._draws[job] = loop.create_task(self._draw_async(job, item, it))
+            return
+        try:
+            value = next(it)  # type: ignore[call-overload]
+        except StopIteration:
+            self._drawn(job, item, False, None)
+        except BaseException as exc:
+            self._failed(job, item, exc)
+        else:
+            self._drawn(job, item, True, value)
+
+    async def _draw_async(self, job: int, item: int, it: Any) -> None:
+        post = self._calls.table.post
+        try:
+            value = await anext(it)
+        except StopAsyncIteration:
+            post((_FAN, self._ended, (job, item, True, False, None)))
+        except BaseException as exc:  # never let anything escape a task
+            post((_FAN, self._ended, (job, item, False, False, exc)))
+        else:
+            post((_FAN, self._ended, (job, item, True, True, value)))
+
+    def _ended(self, payload: tuple[int, int, bool, bool, Any]) -> None:
+        job, item, ok, has, value = payload
+        self._draws.pop(job, None)
+        if ok:
+            self._drawn(job, item, has, value)
+        else:
+            self._failed(job, item, value)
+
+    def _drawn(self, job: int, item: int, has: bool, value: Any) -> None:
+        calls = self._calls
+        run = calls.run
+        if has and not run.aborted:
+            fan = self._jobs.fan_outs[self._fan(job)]
+            if fan.item_check is not None and not fan.item_check(value):
+                name = self._jobs[job].name
+                self._failed(job, item, TypeError(f"Invalid item from {name}: item {item}"))
+                return
+            self._values[f"{self._jobs[job].name}[{item}]"] = value
+            commands = run.drawn(job, True)
+            self._jobs.grow(self._fan(job))
+        else:
+            commands = run.drawn(job, has)
+        calls.execute(commands)
+
+    def _failed(self, job: int, item: int, exc: BaseException) -> None:
+        calls = self._calls
+        run = calls.run
+        stopped = isinstance(exc, asyncio.CancelledError) and run.aborted
+        if not stopped:
+            subject = self._jobs[job].subject
+            if isinstance(exc, _TERMINATION):
+                calls.record.terminate(exc)
+            else:
+                try:
+                    add_note_once(
+                        exc, f"sdax_hamilton: {subject} failed: its source raised drawing item {item}"
+                    )
+                except BaseException:  # noqa: S110 - a hostile add_note costs only the note
+                    pass
+                calls.report().failed_for_good(job, exc, None)
+                calls.record.failed(exc)
+        calls.execute(run.draw_failed(job))
+
+    def _fan(self, job: int) -> int:
+        for f, fan in enumerate(self._jobs.fan_outs):
+            if fan.source == job:
+                return f
+        raise RuntimeError(f"sdax_hamilton internal error: job {job} has no fan-out")
+
+    def _close(self, job: int) -> None:
+        it = self._its.pop(job, None)
+        if it is None:  # never drawn from: the source object itself may be a generator
+            it = self._values.get(self._jobs[job].name)
+        try:
+            if hasattr(it, "aclose"):
+                loop = asyncio.get_running_loop()
+                self._draws[job] = loop.create_task(self._close_async(job, it))
+                return
+            close = getattr(it, "close", None)
+            if close is not None:
+                close()
+        except BaseException as exc:
+            self._close_failed(job, exc)
+        self._calls.execute(self._calls.run.closed(job))
+
+    async def _close_async(self, job: int, it: Any) -> None:
+        try:
+            await it.aclose()
+        except BaseException as exc:  # never let anything escape a task
+            self._calls.table.post((_FAN, self._closed_async, (job, exc)))
+        else:
+            self._calls.table.post((_FAN, self._closed_async, (job, None)))
+
+    def _closed_async(self, payload: tuple[int, BaseException | None]) -> None:
+        job, exc = payload
+        self._draws.pop(job, None)
+        if exc is not None:
+            self._close_failed(job, exc)
+        self._calls.execute(self._calls.run.closed(job))
+
+    def _close_failed(self, job: int, exc: BaseException) -> None:
+        """Closing the source raised: a failure of the source node like any other."""
+        calls = self._calls
+        if isinstance(exc, _TERMINATION):
+            calls.record.terminate(exc)
+            return
+        subject = self._jobs[job].subject
+        try:
+            add_note_once(exc, f"sdax_hamilton: {subject} failed: closing its source raised")
+        except BaseException:  # noqa: S110 - a hostile add_note costs only the note
+            pass
+        calls.record.failed(exc)
