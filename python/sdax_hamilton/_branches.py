@@ -36,12 +36,11 @@ def fan_outs(
         for inp in nodes[name].inputs:
             if inp.name in consumers:
                 consumers[inp.name].append(name)
+    for name in outputs:
+        _refuse_branch_output(nodes, name, replaced)
     found: list[FanOut] = []
-    in_branch: dict[str, str] = {}
     for source in expands:
         branch, collect = _branch(nodes, consumers, source, outputs)
-        for name in branch:
-            in_branch[name] = source
         spec = nodes[collect]
         assert spec.collects is not None  # set on every Collect node by the translation
         collected = next(inp.name for inp in spec.inputs if inp.name == spec.collects)
@@ -67,26 +66,13 @@ def fan_outs(
                 f"Collect node {name!r} has no Parallelizable node upstream in this plan: "
                 "select the Parallelizable node's inputs too, or do not override it"
             )
-    for name in outputs:
-        source = in_branch.get(name)
-        if source is not None:
-            raise ValueError(
-                f"Node {name!r} runs once per item of Parallelizable node {source!r} and "
-                "cannot be selected on its own; select its Collect node, which receives the "
-                "list of the items' results"
-            )
-        if name in expands:
-            raise ValueError(
-                f"Node {name!r} is a Parallelizable node: its items are run by its branch; "
-                "select its Collect node, which receives the list of the items' results"
-            )
     return tuple(found)
 
 
 def _refuse_branch_output(
     nodes: Mapping[str, NodeSpec], name: str, replaced: Collection[str]
 ) -> None:
-    """A selection without its Parallelizable node active: a branch node alone is refused."""
+    """A Parallelizable node is not an output: its value is the source its branch draws."""
     spec = nodes.get(name)
     if spec is None or name in replaced:
         return

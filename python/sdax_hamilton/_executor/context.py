@@ -309,7 +309,10 @@ class RunContext:
             # Every attempt is reported, or told the time: the driver carries out each.
             self._carrier = None
         if observers is not None or budget is not None:
-            self._report().run_started(self._plan.nodes, self._deadline, budget or 0.0)
+            nodes = self._plan.nodes
+            if isinstance(self._jobs, RunJobs):
+                nodes = self._jobs.listed(nodes)
+            self._report().run_started(nodes, self._deadline, budget or 0.0)
             if self._record is not None:  # the observer raised KeyboardInterrupt/SystemExit
                 self._stage = _DONE
                 self._fail_run()  # nothing ran: nothing to clean up

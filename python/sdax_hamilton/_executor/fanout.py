@@ -125,6 +125,12 @@ class RunJobs(list[Job]):
         self.on_grow: Callable[[int, bool], None] | None = None
         self._released = False
 
+    def listed(self, nodes: tuple[str, ...]) -> tuple[str, ...]:
+        """The plan's nodes as a run lists them: a branch node only as ``node[i]``, when
+        item ``i`` grows it."""
+        templates = {t for fan in self.fan_outs for t in fan.templates}
+        return tuple(name for i, name in enumerate(nodes) if i not in templates)
+
     def __getitem__(self, job: Any) -> Any:
         try:
             return list.__getitem__(self, job)

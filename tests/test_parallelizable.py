@@ -1,0 +1,516 @@
+"""``Parallelizable`` / ``Collect`` (docs/fanout.md): each item of a ``Parallelizable`` node
+runs the nodes up to its ``Collect`` node as a branch of its own, named ``node[i]``, with
+every policy applied per item and node; ``max_concurrency`` bounds the branches at once and
+items are drawn lazily; a final failure cancels and drains the other branches, closes the
+source and releases every acquisition in dependency order.
+
+Values are compared with Hamilton's own dynamic execution on the same module wherever
+Hamilton can run it (its local executor runs sync functions only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from hamilton import driver as hamilton_driver
+from hamilton.execution import executors
+
+from sdax_hamilton import Driver, RunEvent, RunReport, execution, failures
+from sdax_hamilton._failures import ExecutionError
+
+SYNC = """
+from hamilton.htypes import Collect, Parallelizable
+
+def offset(base: int) -> int:
+    return base * 1000
+
+def items(n: int) -> Parallelizable[int]:
+    for i in range(n):
+        yield i
+
+def doubled(items: int) -> int:
+    return items * 2
+
+def shifted(doubled: int, offset: int) -> int:
+    return doubled + offset
+
+def collected(shifted: Collect[int]) -> list[int]:
+    return list(shifted)
+
+def summary(collected: list[int], offset: int) -> int:
+    return sum(collected) - offset
+"""
+
+ITERABLE = """
+from hamilton.htypes import Collect, Parallelizable
+
+def words(text: str) -> Parallelizable[str]:
+    return text.split()
+
+def length(words: str) -> int:
+    return len(words)
+
+def lengths(length: Collect[int]) -> list[int]:
+    return list(length)
+"""
+
+
+def hamilton_values(module: Any, outputs: list[str], inputs: dict[str, Any]) -> dict[str, Any]:
+    dr = (
+        hamilton_driver.Builder()
+        .with_modules(module)
+        .enable_dynamic_execution(allow_experimental_mode=True)
+        .with_local_executor(executors.SynchronousLocalTaskExecutor())
+        .build()
+    )
+    return dict(dr.execute(outputs, inputs=inputs))
+
+
+@pytest.mark.parametrize("n", [0, 1, 7])
+async def test_sync_generator_values_equal_hamiltons(make_module: Any, n: int) -> None:
+    mod = make_module(SYNC)
+    inputs = {"n": n, "base": 3}
+    ours = await Driver(mod).prepare(["collected", "summary"]).execute(inputs=inputs)
+    assert ours == hamilton_values(mod, ["collected", "summary"], inputs)
+    assert ours["collected"] == [2 * i + 3000 for i in range(n)]
+
+
+async def test_iterable_source_values_equal_hamiltons(make_module: Any) -> None:
+    mod = make_module(ITERABLE)
+    inputs = {"text": "a quick brown fox"}
+    ours = await Driver(mod).prepare(["lengths"]).execute(inputs=inputs)
+    assert ours == hamilton_values(mod, ["lengths"], inputs) == {"lengths": [1, 5, 5, 3]}
+
+
+ASYNC = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+
+async def items(n: int) -> Parallelizable[int]:
+    for i in range(n):
+        await asyncio.sleep(0)
+        yield i
+
+DONE = {}
+
+async def slow(items: int, n: int) -> int:
+    # each item waits for the next one: the last finishes first, the collected list must
+    # still be in item order
+    mine = DONE.setdefault(items, asyncio.Event())
+    if items + 1 < n:
+        await DONE.setdefault(items + 1, asyncio.Event()).wait()
+    mine.set()
+    return items * items
+
+def squares(slow: Collect[int]) -> list[int]:
+    return list(slow)
+"""
+
+ASYNC_TWIN = """
+from hamilton.htypes import Collect, Parallelizable
+
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+def slow(items: int, n: int) -> int:
+    return items * items
+
+def squares(slow: Collect[int]) -> list[int]:
+    return list(slow)
+"""
+
+
+async def test_async_generator_results_in_item_order(make_module: Any) -> None:
+    mod = make_module(ASYNC)
+    finished: list[str] = []
+
+    def observe(event: RunEvent) -> None:
+        if event.kind == "attempt_succeeded" and event.node.startswith("slow["):
+            finished.append(event.node)
+
+    ours = await Driver(mod).prepare(["squares"]).execute(inputs={"n": 6}, observer=observe)
+    twin = make_module(ASYNC_TWIN)
+    assert ours == hamilton_values(twin, ["squares"], {"n": 6})
+    assert ours == {"squares": [0, 1, 4, 9, 16, 25]}
+    assert finished == [f"slow[{i}]" for i in reversed(range(6))]
+
+
+BOUNDED = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+DRAWN = []
+
+@execution(max_concurrency=3)
+def items(n: int) -> Parallelizable[int]:
+    for i in range(n):
+        DRAWN.append(i)
+        yield i
+
+async def first(items: int) -> int:
+    await asyncio.sleep(0)
+    return items
+
+async def second(first: int) -> int:
+    for _ in range(first % 4):
+        await asyncio.sleep(0)
+    return first + 100
+
+def gathered(second: Collect[int]) -> list[int]:
+    return list(second)
+"""
+
+
+def branch_spans(events: list[RunEvent]) -> list[tuple[float, int, int]]:
+    """(time, +1/-1, item) for each branch's first start and last end, in event order."""
+    marks = []
+    for order, event in enumerate(events):
+        if event.kind == "attempt_started" and event.node.startswith("first["):
+            marks.append((order, 1, int(event.node[6:-1])))
+        elif event.kind == "attempt_succeeded" and event.node.startswith("second["):
+            marks.append((order, -1, int(event.node[7:-1])))
+    return marks
+
+
+async def test_max_concurrency_bounds_the_branches_at_once(make_module: Any) -> None:
+    mod = make_module(BOUNDED)
+    events: list[RunEvent] = []
+    result = await Driver(mod).prepare(["gathered"]).execute(
+        inputs={"n": 12}, observer=events.append
+    )
+    assert result == {"gathered": [i + 100 for i in range(12)]}
+    running = peak = 0
+    for _order, step, _item in branch_spans(events):
+        running += step
+        peak = max(peak, running)
+        assert running <= 3
+    assert peak == 3
+    assert running == 0
+
+
+ENDLESS = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+DRAWN = []
+CLOSED = []
+
+@execution(max_concurrency=2)
+def items() -> Parallelizable[int]:
+    i = 0
+    try:
+        while True:
+            DRAWN.append(i)
+            yield i
+            i += 1
+    finally:
+        CLOSED.append(len(DRAWN))
+
+async def work(items: int) -> int:
+    await asyncio.sleep(0)
+    if items == 9:
+        raise ValueError(f"item {items} is bad")
+    return items
+
+def gathered(work: Collect[int]) -> list[int]:
+    return list(work)
+"""
+
+
+async def test_an_endless_source_is_drawn_lazily_and_closed_by_a_failure(make_module: Any) -> None:
+    mod = make_module(ENDLESS)
+    with pytest.raises(ExecutionError) as caught:
+        await Driver(mod).prepare(["gathered"]).execute()
+    (error,) = caught.value.exceptions
+    assert str(error) == "item 9 is bad"
+    assert "sdax_hamilton: node 'work[9]' failed after 1 attempt" in error.__notes__
+    # Never more than one item ahead of a free place: item 9 failed while at most one
+    # other branch (item 10) was running.
+    assert mod.DRAWN == list(range(len(mod.DRAWN)))
+    assert len(mod.DRAWN) <= 11
+    assert mod.CLOSED == [len(mod.DRAWN)], "the generator's finally ran before the run raised"
+
+
+ASYNC_ENDLESS = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+DRAWN = []
+CLOSED = []
+CANCELLED = []
+STARTED = asyncio.Event()
+
+@execution(max_concurrency=4)
+async def items() -> Parallelizable[int]:
+    i = 0
+    try:
+        while True:
+            DRAWN.append(i)
+            yield i
+            i += 1
+    finally:
+        CLOSED.append(len(DRAWN))
+
+async def work(items: int) -> int:
+    if items == 3:
+        await STARTED.wait()
+        raise ValueError("item three")
+    if items == 1:
+        STARTED.set()
+    try:
+        await asyncio.Event().wait()
+    except asyncio.CancelledError:
+        CANCELLED.append(items)
+        raise
+    return items
+
+def gathered(work: Collect[int]) -> list[int]:
+    return list(work)
+"""
+
+
+async def test_a_failure_cancels_drains_and_closes_an_async_source(make_module: Any) -> None:
+    mod = make_module(ASYNC_ENDLESS)
+    events: list[RunEvent] = []
+    with pytest.raises(ExecutionError) as caught:
+        await Driver(mod).prepare(["gathered"]).execute(observer=events.append)
+    (error,) = caught.value.exceptions
+    assert str(error) == "item three"
+    assert sorted(mod.CANCELLED) == [0, 1, 2]
+    assert mod.DRAWN == [0, 1, 2, 3]
+    assert mod.CLOSED == [4], "aclose() ran before the run raised"
+    cancelled = sorted(e.node for e in events if e.kind == "attempt_cancelled")
+    assert cancelled == ["work[0]", "work[1]", "work[2]"]
+    assert events[-1].kind == "run_finished"
+
+
+RESOURCES = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import Acquisition, execution, shutdown
+
+LOG = []
+
+class Pool:
+    pass
+
+async def pool() -> Pool:
+    LOG.append("open pool")
+    return Pool()
+
+@shutdown(of=pool)
+async def close_pool(acquired: Acquisition[Pool]) -> None:
+    LOG.append("close pool")
+
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+async def session(items: int, pool: Pool) -> str:
+    LOG.append(f"open session {items}")
+    return f"session {items}"
+
+@shutdown(of=session)
+async def close_session(acquired: Acquisition[str]) -> None:
+    LOG.append(f"close {acquired.value}")
+
+async def query(session: str, items: int, fail: int) -> int:
+    await asyncio.sleep(0)
+    if items == fail:
+        raise ValueError(f"query {items} failed")
+    return items * 10
+
+def rows(query: Collect[int]) -> list[int]:
+    return list(query)
+"""
+
+
+def _closes_before_pool(log: list[str], opened: int) -> None:
+    sessions = [entry for entry in log if entry.startswith("close session")]
+    assert sorted(sessions) == sorted(f"close session {i}" for i in range(opened))
+    assert log.index("close pool") > max(log.index(entry) for entry in sessions)
+    assert log[-1] == "close pool"
+
+
+async def test_branch_acquisitions_are_released_after_the_forward_phase_in_order(
+    make_module: Any,
+) -> None:
+    mod = make_module(RESOURCES)
+    result = await Driver(mod).prepare(["rows"]).execute(inputs={"n": 4, "fail": -1})
+    assert result == {"rows": [0, 10, 20, 30]}
+    first_close = next(i for i, e in enumerate(mod.LOG) if e.startswith("close"))
+    assert all(not e.startswith("open") for e in mod.LOG[first_close:])
+    _closes_before_pool(mod.LOG, 4)
+
+
+async def test_a_failure_releases_every_branch_acquisition_then_the_outer_one(
+    make_module: Any,
+) -> None:
+    mod = make_module(RESOURCES)
+    with pytest.raises(ExecutionError) as caught:
+        await Driver(mod).prepare(["rows"]).execute(inputs={"n": 4, "fail": 2})
+    (error,) = caught.value.exceptions
+    assert "sdax_hamilton: node 'query[2]' failed after 1 attempt" in error.__notes__
+    opened = sum(1 for entry in mod.LOG if entry.startswith("open session"))
+    _closes_before_pool(mod.LOG, opened)
+
+
+async def test_open_keeps_branch_resources_alive_through_the_body(make_module: Any) -> None:
+    mod = make_module(RESOURCES)
+    async with Driver(mod).prepare(["rows"]).open(inputs={"n": 3, "fail": -1}) as outputs:
+        assert outputs == {"rows": [0, 10, 20]}
+        assert not any(entry.startswith("close") for entry in mod.LOG)
+    _closes_before_pool(mod.LOG, 3)
+
+
+RETRIED = """
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+CALLS = {}
+
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+@execution(retries=2, initial_delay=0.0, retryable_exceptions=(ConnectionError,))
+def fetch(items: int) -> int:
+    CALLS[items] = CALLS.get(items, 0) + 1
+    if items == 1 and CALLS[items] < 3:
+        raise ConnectionError("flaky")
+    return items + 1
+
+def fetched(fetch: Collect[int]) -> list[int]:
+    return list(fetch)
+"""
+
+
+async def test_policies_apply_per_item_and_events_name_the_item(make_module: Any) -> None:
+    mod = make_module(RETRIED)
+    events: list[RunEvent] = []
+    report = RunReport()
+    result = await Driver(mod).prepare(["fetched"]).execute(
+        inputs={"n": 3}, observer=[events.append, report]
+    )
+    assert result == {"fetched": [1, 2, 3]}
+    assert mod.CALLS == {0: 1, 1: 3, 2: 1}
+    retried = [e.node for e in events if e.kind == "retry_scheduled"]
+    assert retried == ["fetch[1]", "fetch[1]"]
+    started = {e.node for e in events if e.kind == "attempt_started"}
+    assert started == {"items", "fetch[0]", "fetch[1]", "fetch[2]", "fetched"}
+    text = report.format()
+    assert "fetch[1]" in text and "\n  fetch " not in text
+
+
+async def test_an_item_failure_names_the_item_in_the_error(make_module: Any) -> None:
+    mod = make_module(RETRIED.replace("CALLS[items] < 3", "True"))
+    with pytest.raises(ExecutionError) as caught:
+        await Driver(mod).prepare(["fetched"]).execute(inputs={"n": 3})
+    (error,) = caught.value.exceptions
+    assert isinstance(error, ConnectionError)
+    assert "sdax_hamilton: node 'fetch[1]' failed after 3 attempts" in error.__notes__
+    assert "fetch[1]" in str(caught.value)
+    assert failures(caught.value) == (error,) or error in caught.value.exceptions
+
+
+SOURCE_FAILS = """
+from hamilton.htypes import Collect, Parallelizable
+
+def items(n: int) -> Parallelizable[int]:
+    yield 0
+    yield 1
+    raise OSError("source broke")
+
+def same(items: int) -> int:
+    return items
+
+def out(same: Collect[int]) -> list[int]:
+    return list(same)
+"""
+
+
+async def test_a_failing_source_fails_the_run_naming_the_source(make_module: Any) -> None:
+    mod = make_module(SOURCE_FAILS)
+    with pytest.raises(ExecutionError) as caught:
+        await Driver(mod).prepare(["out"]).execute(inputs={"n": 3})
+    (error,) = caught.value.exceptions
+    assert isinstance(error, OSError)
+    assert "sdax_hamilton: node 'items' failed: its source raised drawing item 2" in (
+        error.__notes__
+    )
+
+
+# ----------------------------------------------------------------- errors early
+
+
+def test_max_concurrency_is_checked_at_the_decorator() -> None:
+    with pytest.raises(TypeError, match="max_concurrency must be an int >= 1 or None"):
+        execution(max_concurrency=2.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="max_concurrency"):
+        execution(max_concurrency=True)
+    with pytest.raises(ValueError, match="max_concurrency must be >= 1"):
+        execution(max_concurrency=0)
+
+
+def test_max_concurrency_on_another_node_is_refused_at_driver(make_module: Any) -> None:
+    mod = make_module(
+        SYNC.replace(
+            "def doubled(", "from sdax_hamilton import execution\n@execution(max_concurrency=2)\ndef doubled("
+        )
+    )
+    with pytest.raises(ValueError, match="doubled.*not a Parallelizable node"):
+        Driver(mod)
+
+
+def test_a_branch_node_alone_is_refused_at_prepare(make_module: Any) -> None:
+    dr = Driver(make_module(SYNC))
+    with pytest.raises(ValueError, match="'shifted' runs once per item of Parallelizable node 'items'"):
+        dr.prepare(["shifted"])
+    with pytest.raises(ValueError, match="'doubled' runs once per item"):
+        dr.prepare(["collected", "doubled"])
+    with pytest.raises(ValueError, match="'items' is a Parallelizable node"):
+        dr.prepare(["items"])
+
+
+NESTED = """
+from hamilton.htypes import Collect, Parallelizable
+
+def outer(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+def inner(outer: int) -> Parallelizable[int]:
+    yield from range(outer)
+
+def leaf(inner: int) -> int:
+    return inner
+
+def inner_all(leaf: Collect[int]) -> int:
+    return sum(leaf)
+
+def outer_all(inner_all: Collect[int]) -> list[int]:
+    return list(inner_all)
+"""
+
+
+def test_nested_parallelizable_is_refused_at_prepare(make_module: Any) -> None:
+    dr = Driver(make_module(NESTED))
+    with pytest.raises(ValueError, match="nested Parallelizable nodes are not supported"):
+        dr.prepare(["outer_all"])
+
+
+async def test_a_plan_without_fan_out_keeps_its_shared_job_table(make_module: Any) -> None:
+    plan = Driver(make_module("def a(x: int) -> int:\n    return x\n")).prepare(["a"])
+    jobs = plan._program.jobs
+    assert jobs is not None and jobs.fan_outs is None and isinstance(jobs, tuple)
+    assert await plan.execute(inputs={"x": 1}) == {"a": 1}
+
+
+async def test_concurrent_runs_of_one_plan_are_isolated(make_module: Any) -> None:
+    plan = Driver(make_module(SYNC)).prepare(["collected"])
+    results = await asyncio.gather(
+        *(plan.execute(inputs={"n": n, "base": 0}) for n in (2, 5, 3))
+    )
+    assert [r["collected"] for r in results] == [[0, 2], [0, 2, 4, 6, 8], [0, 2, 4]]
