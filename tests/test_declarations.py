@@ -58,7 +58,10 @@ def test_signatures_are_keyword_only_with_documented_defaults() -> None:
         "retry_after": None,
     }
     guards = ["bulkhead", "breaker", "fallback"]  # execution only (docs/resilience.md)
-    for factory, extra, more in ((execution, [], [*guards, "in_thread"]), (shutdown, ["of"], [])):
+    for factory, extra, more in (
+        (execution, [], [*guards, "in_thread", "max_concurrency"]),
+        (shutdown, ["of"], []),
+    ):
         params = inspect.signature(factory).parameters
         assert list(params) == [*extra, *expected, *more]
         for name in more:

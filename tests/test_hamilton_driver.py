@@ -621,25 +621,29 @@ def test_duplicate_generated_nodes_are_refused(make_module: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    ("source", "fragment"),
+    ("source", "output", "fragment"),
     [
         (
             "from hamilton.htypes import Parallelizable\n"
             "def items(n: int) -> Parallelizable[int]:\n    return iter(range(n))\n",
-            r"items return: unsupported type annotation",
+            "items",
+            r"'items' is a Parallelizable node",
         ),
         (
             "from hamilton.htypes import Collect\n"
             "def total(item: Collect[int]) -> int:\n    return 1\n",
-            r"total\.item: unsupported type annotation",
+            "total",
+            r"Collect node 'total' has no Parallelizable node upstream",
         ),
     ],
 )
-def test_parallelizable_and_collect_are_refused(
-    make_module: Any, source: str, fragment: str
+def test_parallelizable_and_collect_without_their_pair_are_refused_at_prepare(
+    make_module: Any, source: str, output: str, fragment: str
 ) -> None:
-    with pytest.raises(TypeError, match=fragment):
-        Driver(make_module(source))
+    # Admitted by Driver(...) (docs/fanout.md); a selection that cannot fan out is refused.
+    dr = Driver(make_module(source))
+    with pytest.raises(ValueError, match=fragment):
+        dr.prepare([output])
 
 
 def test_generated_node_types_are_validated(make_module: Any) -> None:

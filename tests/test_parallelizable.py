@@ -178,8 +178,8 @@ def branch_spans(events: list[RunEvent]) -> list[tuple[float, int, int]]:
 async def test_max_concurrency_bounds_the_branches_at_once(make_module: Any) -> None:
     mod = make_module(BOUNDED)
     events: list[RunEvent] = []
-    result = await Driver(mod).prepare(["gathered"]).execute(
-        inputs={"n": 12}, observer=events.append
+    result = (
+        await Driver(mod).prepare(["gathered"]).execute(inputs={"n": 12}, observer=events.append)
     )
     assert result == {"gathered": [i + 100 for i in range(12)]}
     running = peak = 0
@@ -392,8 +392,10 @@ async def test_policies_apply_per_item_and_events_name_the_item(make_module: Any
     mod = make_module(RETRIED)
     events: list[RunEvent] = []
     report = RunReport()
-    result = await Driver(mod).prepare(["fetched"]).execute(
-        inputs={"n": 3}, observer=[events.append, report]
+    result = (
+        await Driver(mod)
+        .prepare(["fetched"])
+        .execute(inputs={"n": 3}, observer=[events.append, report])
     )
     assert result == {"fetched": [1, 2, 3]}
     assert mod.CALLS == {0: 1, 1: 3, 2: 1}
@@ -458,16 +460,19 @@ def test_max_concurrency_is_checked_at_the_decorator() -> None:
 def test_max_concurrency_on_another_node_is_refused_at_driver(make_module: Any) -> None:
     mod = make_module(
         SYNC.replace(
-            "def doubled(", "from sdax_hamilton import execution\n@execution(max_concurrency=2)\ndef doubled("
+            "def doubled(",
+            "from sdax_hamilton import execution\n@execution(max_concurrency=2)\ndef doubled(",
         )
     )
-    with pytest.raises(ValueError, match="doubled.*not a Parallelizable node"):
+    with pytest.raises(ValueError, match=r"doubled.*not a Parallelizable node"):
         Driver(mod)
 
 
 def test_a_branch_node_alone_is_refused_at_prepare(make_module: Any) -> None:
     dr = Driver(make_module(SYNC))
-    with pytest.raises(ValueError, match="'shifted' runs once per item of Parallelizable node 'items'"):
+    with pytest.raises(
+        ValueError, match="'shifted' runs once per item of Parallelizable node 'items'"
+    ):
         dr.prepare(["shifted"])
     with pytest.raises(ValueError, match="'doubled' runs once per item"):
         dr.prepare(["collected", "doubled"])
@@ -510,7 +515,5 @@ async def test_a_plan_without_fan_out_keeps_its_shared_job_table(make_module: An
 
 async def test_concurrent_runs_of_one_plan_are_isolated(make_module: Any) -> None:
     plan = Driver(make_module(SYNC)).prepare(["collected"])
-    results = await asyncio.gather(
-        *(plan.execute(inputs={"n": n, "base": 0}) for n in (2, 5, 3))
-    )
+    results = await asyncio.gather(*(plan.execute(inputs={"n": n, "base": 0}) for n in (2, 5, 3)))
     assert [r["collected"] for r in results] == [[0, 2], [0, 2, 4, 6, 8], [0, 2, 4]]

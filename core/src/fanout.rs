@@ -112,7 +112,9 @@ impl Run {
             run.templates[j].is_some() || run.fans.iter().any(|x| x.source as usize == j)
         };
         if source == collect || taken(&self, source) || taken(&self, collect) {
-            return bad("the source and the collect node must be distinct jobs of no fan-out".into());
+            return bad(
+                "the source and the collect node must be distinct jobs of no fan-out".into(),
+            );
         }
         for (pos, &t) in templates.iter().enumerate() {
             if t == source || t == collect || taken(&self, t) {
@@ -129,7 +131,12 @@ impl Run {
         let mut tcons = Vec::with_capacity(templates.len());
         let mut waiting = 1; // the source node itself
         for &t in templates {
-            let deps: Vec<u32> = plan.deps.row(t).iter().filter_map(|&d| pos_of(&self, d)).collect();
+            let deps: Vec<u32> = plan
+                .deps
+                .row(t)
+                .iter()
+                .filter_map(|&d| pos_of(&self, d))
+                .collect();
             if plan.deps.row_len(t) == 0 {
                 return bad(format!("template {t} depends on nothing"));
             }
@@ -147,7 +154,12 @@ impl Run {
             tdeps.push(deps);
             tcons.push(cons);
         }
-        let collected = plan.deps.row(collect).iter().filter_map(|&d| pos_of(&self, d)).collect();
+        let collected = plan
+            .deps
+            .row(collect)
+            .iter()
+            .filter_map(|&d| pos_of(&self, d))
+            .collect();
         self.fans.push(Fan {
             source: source as u32,
             collect: collect as u32,
@@ -510,7 +522,12 @@ mod tests {
             NodeDef::new("b", &["a"]).owned(Policy::default()),
             NodeDef::new("col", &["b"]),
         ];
-        let plan = Arc::new(Graph::new(nodes).unwrap().select(&["col"], &[] as &[&str]).unwrap());
+        let plan = Arc::new(
+            Graph::new(nodes)
+                .unwrap()
+                .select(&["col"], &[] as &[&str])
+                .unwrap(),
+        );
         let ix = |name: &str| plan.index(name).unwrap() as usize;
         let jobs = [ix("conn"), ix("src"), ix("a"), ix("b"), ix("col")];
         (plan, jobs)
@@ -534,7 +551,10 @@ mod tests {
         let mut out = Vec::new();
         r.start(&mut out).unwrap();
         r.succeeded(src as i64, &mut out).unwrap();
-        assert!(ops(&out, Op::Draw).is_empty(), "the branch's outer input is not ready");
+        assert!(
+            ops(&out, Op::Draw).is_empty(),
+            "the branch's outer input is not ready"
+        );
         r.succeeded(conn as i64, &mut out).unwrap();
         assert_eq!(ops(&out, Op::Draw), vec![src as u32]);
         // Draws answered first (5 items, then the end), else the oldest running job succeeds.
@@ -590,14 +610,29 @@ mod tests {
         r.drained(7, &mut out).unwrap();
         r.drawn(src as i64, true, &mut out).unwrap(); // the stopped draw still gave an item
         assert_eq!(ops(&out, Op::Close), vec![src as u32]);
-        assert_eq!(r.job_count(), 9, "an item drawn after the abort grows nothing");
-        assert!(r.begin_shutdown(&mut Vec::new()).is_err(), "the close is pending");
+        assert_eq!(
+            r.job_count(),
+            9,
+            "an item drawn after the abort grows nothing"
+        );
+        assert!(
+            r.begin_shutdown(&mut Vec::new()).is_err(),
+            "the close is pending"
+        );
         r.closed(src as i64, &mut out).unwrap();
         assert_eq!(r.pending(), 0);
         out.clear();
         r.begin_shutdown(&mut out).unwrap();
         // Only conn's release is owed (b never started); it runs once the branches drained.
-        assert_eq!(out, vec![Command { op: Op::Start, job: (9 + conn) as u32, attempt: 0, arg: None }]);
+        assert_eq!(
+            out,
+            vec![Command {
+                op: Op::Start,
+                job: (9 + conn) as u32,
+                attempt: 0,
+                arg: None
+            }]
+        );
     }
 
     #[test]
@@ -623,14 +658,22 @@ mod tests {
         out.clear();
         r.begin_shutdown(&mut out).unwrap();
         let first = ops(&out, Op::Start);
-        assert_eq!(first, vec![n + 6, n + 8, n + 10], "every b[i] released first");
+        assert_eq!(
+            first,
+            vec![n + 6, n + 8, n + 10],
+            "every b[i] released first"
+        );
         let mut released = Vec::new();
         for job in first {
             out.clear();
             r.succeeded(job as i64, &mut out).unwrap();
             released.extend(ops(&out, Op::Start));
         }
-        assert_eq!(released, vec![n + conn as u32], "conn once every b[i] is released");
+        assert_eq!(
+            released,
+            vec![n + conn as u32],
+            "conn once every b[i] is released"
+        );
         r.succeeded((n + conn as u32) as i64, &mut out).unwrap();
         assert!(r.finished());
     }

@@ -329,13 +329,14 @@ class Run:
         every retry wait, of nodes and of releases, 0 seconds; attempts and retry decisions
         are unchanged. ``retry_budget``: every forward first attempt deposits in it (at
         ``time.monotonic()``) and every forward retry takes from it or is refused
-        (NO_BUDGET). ``fallbacks``: the forward jobs with a fallback (FALLBAC).
+        (NO_BUDGET). ``fallbacks``: the forward jobs with a fallback (FALLBACK).
         ``fan_outs``: ``(source, collect, templates, limit)`` per Parallelizable node: the
         branch's nodes (``templates``) run once per item drawn, as jobs grown at run time
-        (``job_count``); ``limit`` bounds the branches at once (docs/fanout.md).""""""
+        (``job_count``); ``limit`` bounds the branches at once (docs/fanout.md)."""
     def drawn(self, job: int, item: bool) -> list[Command]:
-        """The DRAW of ``job``'s source ended: an item (its branch grows: the jobs of
-        ``job_count`` before it, in template order) or, ``item`` false, the end."""
+        """The DRAW of ``job``'s source ended: an item (its branch grows: one job per
+        template, in template order, numbered from ``job_count`` as it was before) or,
+        ``item`` false, the end."""
     def draw_failed(self, job: int) -> list[Command]:
         """The DRAW of ``job``'s source raised: the run aborts."""
     def closed(self, job: int) -> list[Command]:

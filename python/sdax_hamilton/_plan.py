@@ -22,6 +22,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from . import _core, _messages
+from ._branches import fan_outs
 from ._executor import (
     NEVER_ENTERED,
     HeldRun,
@@ -32,7 +33,6 @@ from ._executor import (
     carrier_of,
     open_run,
 )
-from ._branches import fan_outs
 from ._executor.threads import in_thread
 from ._observe import Observer
 from ._spec import InputSpec, NodeSpec

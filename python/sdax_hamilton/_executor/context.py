@@ -16,7 +16,7 @@ import types
 import warnings
 from collections.abc import Coroutine, Sequence
 from contextvars import ContextVar
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, cast
 
 from .. import _core
 from .._declarations import Acquisition
@@ -140,7 +140,8 @@ class RunContext:
     ) -> None:
         self._plan = plan
         # A plan with a Parallelizable node: the run's own table, grown as it goes (fanout.py).
-        self._jobs = jobs if jobs.fan_outs is None else RunJobs(jobs)
+        # ``RunJobs`` reads as the plan's table does (``jobs[job]``, the same attributes).
+        self._jobs = jobs if jobs.fan_outs is None else cast("JobTable", RunJobs(jobs))
         self._values = values
         self._outputs = outputs
         self._seed = seed

@@ -237,7 +237,7 @@ class Sources:
             self._draws[job] = loop.create_task(self._draw_async(job, item, it))
             return
         try:
-            value = next(it)  # type: ignore[call-overload]
+            value = next(it)
         except StopIteration:
             self._drawn(job, item, False, None)
         except BaseException as exc:
@@ -291,9 +291,10 @@ class Sources:
             else:
                 try:
                     add_note_once(
-                        exc, f"sdax_hamilton: {subject} failed: its source raised drawing item {item}"
+                        exc,
+                        f"sdax_hamilton: {subject} failed: its source raised drawing item {item}",
                     )
-                except BaseException:  # noqa: S110 - a hostile add_note costs only the note
+                except BaseException:
                     pass
                 calls.report().failed_for_good(job, exc, None)
                 calls.record.failed(exc)
@@ -345,6 +346,6 @@ class Sources:
         subject = self._jobs[job].subject
         try:
             add_note_once(exc, f"sdax_hamilton: {subject} failed: closing its source raised")
-        except BaseException:  # noqa: S110 - a hostile add_note costs only the note
+        except BaseException:
             pass
         calls.record.failed(exc)

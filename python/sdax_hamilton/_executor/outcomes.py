@@ -125,7 +125,12 @@ class Outcomes:
             self._bad_input(subject, payload)
         elif kind is _EXPIRED:
             self._expired(subject, payload)
-        elif kind is _PERMIT:
+        else:
+            self._other(kind, subject, payload)
+
+    def _other(self, kind: EventKind, subject: Any, payload: Any) -> None:
+        """The events of guards, the cache, fan-outs and an observer's termination."""
+        if kind is _PERMIT:
             self._calls.guards().permit(subject, payload)
         elif kind is _FELL_BACK:
             self._calls.guards().fell_back(subject, payload, self)

@@ -220,8 +220,13 @@ def specs(
             where = origins[id(prov.decl)] = origin(prov.decl)
         fan = _role(node_)
         collected = _collected(node_) if fan == "collect" else None
-        if fan == "collect" and collected is None:  # pragma: no cover - Hamilton's own rule
-            raise ValueError(f"Collect node {name} ({where}) has no Collect[T] parameter")
+        if fan == "collect" and collected is None:
+            # Hamilton reads the role from every annotation, also one naming no parameter.
+            raise ValueError(
+                f"Hamilton node {name} ({where}) has role COLLECT but no parameter annotated "
+                "Collect[T]: annotate the collected parameter Collect[T], or remove the "
+                "stray Collect annotation"
+            )
         limit = placement.limits.get(name)
         if limit is not None and fan != "expand":
             raise ValueError(

@@ -96,9 +96,7 @@ def place(
             ownership.update(name for name in names if by_name[name].prov.kind == CALL)
         for shutdown in shutdowns:
             _place_release(fn, shutdown, mounts, by_name, checks, releases)
-    return Placement(
-        policies, releases, frozenset(ownership), guarded, frozenset(threaded), limits
-    )
+    return Placement(policies, releases, frozenset(ownership), guarded, frozenset(threaded), limits)
 
 
 def _place_release(

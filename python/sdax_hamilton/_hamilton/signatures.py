@@ -163,7 +163,7 @@ class SignatureChecks:
         # id(release) -> (release, T of its Acquisition[T]), for every checked release.
         self.acquired: dict[int, tuple[FunctionType, Any]] = {}
 
-    def check_signature(self, fn: FunctionType, *, shape_from_resolve: bool) -> None:  # noqa: C901
+    def check_signature(self, fn: FunctionType, *, shape_from_resolve: bool) -> None:
         where = origin(fn)
         if fn.__code__.co_flags & GENERATOR_FLAGS and not _parallelizable(fn):
             # inspect.isgeneratorfunction / isasyncgen…
