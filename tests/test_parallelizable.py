@@ -517,3 +517,176 @@ async def test_concurrent_runs_of_one_plan_are_isolated(make_module: Any) -> Non
     plan = Driver(make_module(SYNC)).prepare(["collected"])
     results = await asyncio.gather(*(plan.execute(inputs={"n": n, "base": 0}) for n in (2, 5, 3)))
     assert [r["collected"] for r in results] == [[0, 2], [0, 2, 4, 6, 8], [0, 2, 4]]
+
+
+GUARDED = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import Bulkhead, execution
+
+PERMITS = Bulkhead(2, max_waiting=100, name="api")
+AT_ONCE = [0]
+PEAK = [0]
+
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+@execution(
+    timeout=0.05,
+    retries=1,
+    initial_delay=0.0,
+    bulkhead=PERMITS,
+    fallback=lambda exc: -1,
+)
+async def call(items: int) -> int:
+    AT_ONCE[0] += 1
+    PEAK[0] = max(PEAK[0], AT_ONCE[0])
+    try:
+        if items == 2:
+            await asyncio.Event().wait()  # times out, twice: its fallback's value is used
+        await asyncio.sleep(0)
+        return items * 3
+    finally:
+        AT_ONCE[0] -= 1
+
+def answers(call: Collect[int]) -> list[int]:
+    return list(call)
+"""
+
+
+async def test_timeouts_bulkheads_and_fallbacks_apply_per_item(make_module: Any) -> None:
+    mod = make_module(GUARDED)
+    events: list[RunEvent] = []
+    result = await Driver(mod).prepare(["answers"]).execute(inputs={"n": 5}, observer=events.append)
+    assert result == {"answers": [0, 3, -1, 9, 12]}
+    assert mod.PEAK[0] <= 2
+    timed_out = [e.node for e in events if e.kind == "attempt_timed_out"]
+    assert timed_out == ["call[2]", "call[2]"]
+    assert [e.node for e in events if e.kind == "fallback_used"] == ["call[2]"]
+
+
+CANCELLABLE = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import Acquisition, execution, shutdown
+
+LOG = []
+STARTED = asyncio.Event()
+
+@execution(max_concurrency=3)
+async def items() -> Parallelizable[int]:
+    i = 0
+    try:
+        while True:
+            yield i
+            i += 1
+    finally:
+        LOG.append("source closed")
+
+async def lease(items: int) -> int:
+    LOG.append(f"lease {items}")
+    return items
+
+@shutdown(of=lease)
+def give_back(acquired: Acquisition[int]) -> None:
+    LOG.append(f"give back {acquired.value}")
+
+async def work(lease: int) -> int:
+    if lease == 2:
+        STARTED.set()
+    await asyncio.Event().wait()
+    return lease
+
+def done(work: Collect[int]) -> list[int]:
+    return list(work)
+"""
+
+
+async def test_caller_cancellation_mid_fan_out_drains_closes_and_releases(
+    make_module: Any,
+) -> None:
+    mod = make_module(CANCELLABLE)
+    task = asyncio.ensure_future(Driver(mod).prepare(["done"]).execute())
+    await mod.STARTED.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert "source closed" in mod.LOG
+    leased = sorted(e for e in mod.LOG if e.startswith("lease"))
+    given = sorted(e.replace("give back", "lease") for e in mod.LOG if e.startswith("give"))
+    assert leased == given == ["lease 0", "lease 1", "lease 2"]
+    assert mod.LOG.index("source closed") < min(
+        mod.LOG.index(e) for e in mod.LOG if e.startswith("give")
+    ), "releases come after the forward phase, which ends when the source is closed"
+
+
+ITERATORS = """
+from hamilton.htypes import Collect, Parallelizable
+
+class Countdown:
+    # an iterator object with close(): closed when the run stops early
+    def __init__(self, n):
+        self.n = n
+        self.closed = False
+    def __iter__(self):
+        return self
+    def __next__(self):
+        if self.n == 0:
+            raise StopIteration
+        self.n -= 1
+        return self.n
+    def close(self):
+        self.closed = True
+
+SOURCES = []
+
+def items(n: int) -> Parallelizable[int]:
+    source = Countdown(n)
+    SOURCES.append(source)
+    return source
+
+class Letters:
+    def __init__(self, text):
+        self.text = text
+    def __aiter__(self):
+        return self.gen()
+    async def gen(self):
+        for ch in self.text:
+            yield ch
+
+async def letters(text: str) -> Parallelizable[str]:
+    return Letters(text)
+
+def upper(letters: str) -> str:
+    return letters.upper()
+
+def word(upper: Collect[str]) -> str:
+    return "".join(upper)
+
+def twice(items: int, fail_at: int) -> int:
+    if items == fail_at:
+        raise KeyError(items)
+    return items * 2
+
+def all_twice(twice: Collect[int]) -> list[int]:
+    return list(twice)
+"""
+
+
+async def test_iterator_objects_and_async_iterables_are_sources(make_module: Any) -> None:
+    mod = make_module(ITERATORS)
+    plan = Driver(mod).prepare(["word", "all_twice"])
+    result = await plan.execute(inputs={"text": "abc", "n": 4, "fail_at": -1})
+    assert result == {"word": "ABC", "all_twice": [6, 4, 2, 0]}
+    with pytest.raises(ExecutionError):
+        await plan.execute(inputs={"text": "abc", "n": 4, "fail_at": 2})
+    assert mod.SOURCES[-1].closed
+
+
+async def test_a_wrong_item_fails_the_source_with_a_type_error(make_module: Any) -> None:
+    mod = make_module(ITERABLE.replace("return text.split()", "return [*text.split(), 3]"))
+    with pytest.raises(ExecutionError) as caught:
+        await Driver(mod).prepare(["lengths"]).execute(inputs={"text": "a b"})
+    (error,) = caught.value.exceptions
+    assert isinstance(error, TypeError)
+    assert str(error) == "Invalid item from words: item 2"
