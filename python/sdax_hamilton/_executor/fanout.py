@@ -67,26 +67,28 @@ class FanOut:
 class _Branch:
     """How a branch node's job is made for item ``i`` (built once per run, per template)."""
 
-    __slots__ = ("args", "job")
+    __slots__ = ("args", "fields", "job", "name")
 
     def __init__(self, job: Job, per_item: frozenset[str]) -> None:
         self.job = job
+        node = job.node
+        self.name = node.name
         # (keyword, key, per item): a per-item key is read as ``key[i]``
-        self.args = tuple((kw, key, key in per_item) for kw, key in job.node.args)
+        self.args = tuple((kw, key, key in per_item) for kw, key in node.args)
+        # The template's other fields, given as they are to each item's node.
+        self.fields = {
+            f.name: getattr(node, f.name)
+            for f in dataclasses.fields(node)
+            if f.name not in ("name", "args")
+        }
 
     def grown(self, item: int, job_id: int) -> Job:
         template = self.job
-        node = template.node
-        name = f"{node.name}[{item}]"
+        name = f"{self.name}[{item}]"
         args = tuple((kw, f"{key}[{item}]" if per else key) for kw, key, per in self.args)
-        return dataclasses.replace(
-            template,
-            id=job_id,
-            owner=job_id,
-            node=dataclasses.replace(node, name=name, args=args),
-            name=name,
-            subject=f"node {name!r}",
-        )
+        node = NodeRuntime(name=name, args=args, **self.fields)
+        return Job(job_id, True, node, job_id, name, f"node {name!r}", template.retryable,
+                   template.hook, None, template.guarded)  # fmt: skip
 
 
 class RunJobs(list[Job]):
