@@ -690,3 +690,34 @@ async def test_a_wrong_item_fails_the_source_with_a_type_error(make_module: Any)
     (error,) = caught.value.exceptions
     assert isinstance(error, TypeError)
     assert str(error) == "Invalid item from words: item 2"
+
+
+DEADLINE = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+
+HANG = asyncio.Event()
+
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+async def wait(items: int) -> int:
+    if items == 3:
+        await HANG.wait()  # never set: the run's timeout ends it
+    return items
+
+def waited(wait: Collect[int]) -> list[int]:
+    return list(wait)
+"""
+
+
+async def test_a_run_timeout_clips_the_attempts_of_items(make_module: Any) -> None:
+    plan = Driver(make_module(DEADLINE)).prepare(["waited"], check_outputs=False)
+    assert await plan.execute(inputs={"n": 3}, timeout=30.0) == {"waited": [0, 1, 2]}
+    with pytest.raises(ExecutionError) as caught:
+        await plan.execute(inputs={"n": 5}, timeout=0.05)
+    (error,) = caught.value.exceptions
+    assert isinstance(error, TimeoutError)
+    assert "sdax_hamilton: node 'wait[3]': attempt 1 was cut short by the run's timeout" in (
+        error.__notes__
+    )
