@@ -721,3 +721,25 @@ async def test_a_run_timeout_clips_the_attempts_of_items(make_module: Any) -> No
     assert "sdax_hamilton: node 'wait[3]': attempt 1 was cut short by the run's timeout" in (
         error.__notes__
     )
+
+
+async def test_node_hooks_see_each_items_node(make_module: Any) -> None:
+    from hamilton.lifecycle import NodeExecutionHook
+
+    class Hooks(NodeExecutionHook):
+        def __init__(self) -> None:
+            self.seen: list[tuple[str, int]] = []
+
+        def run_before_node_execution(self, *, node_name: str, **kwargs: Any) -> None:
+            self.seen.append((node_name, kwargs.get("attempt", 0)))
+
+        def run_after_node_execution(self, **kwargs: Any) -> None:
+            pass
+
+    hooks = Hooks()
+    mod = make_module(RETRIED)
+    plan = Driver(mod, adapters=[hooks]).prepare(["fetched"])
+    assert await plan.execute(inputs={"n": 2}) == {"fetched": [1, 2]}
+    names = [name for name, _ in hooks.seen]
+    assert names.count("fetch[1]") == 3 and names.count("fetch[0]") == 1
+    assert "fetch" not in names

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import dataclasses
 import inspect
 import logging
@@ -301,6 +302,13 @@ class _NodeCall:
             and type(call) is FunctionType
             and not inspect.iscoroutinefunction(call)
         )
+
+    def renamed(self, name: str) -> _NodeCall:
+        """The same call for the node ``name``: a fan-out item's node (``node[i]``,
+        docs/fanout.md), whose hooks and attempts are its own."""
+        other = copy.copy(self)
+        other._name = name
+        return other
 
     def __call__(self, **kwargs: Any) -> Any:
         state = _RUN.get()

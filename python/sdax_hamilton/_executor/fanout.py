@@ -67,7 +67,7 @@ class FanOut:
 class _Branch:
     """How a branch node's job is made for item ``i`` (built once per run, per template)."""
 
-    __slots__ = ("args", "fields", "job", "name")
+    __slots__ = ("args", "fields", "job", "name", "renamed")
 
     def __init__(self, job: Job, per_item: frozenset[str]) -> None:
         self.job = job
@@ -81,12 +81,18 @@ class _Branch:
             for f in dataclasses.fields(node)
             if f.name not in ("name", "args")
         }
+        # A call wrapped in Hamilton's node hooks (``_adapters._NodeCall``) is renamed per
+        # item, so that its hooks and attempt numbers are the item's node's.
+        self.renamed: Callable[[str], Any] | None = getattr(node.call, "renamed", None)
 
     def grown(self, item: int, job_id: int) -> Job:
         template = self.job
         name = f"{self.name}[{item}]"
         args = tuple((kw, f"{key}[{item}]" if per else key) for kw, key, per in self.args)
-        node = NodeRuntime(name=name, args=args, **self.fields)
+        fields = self.fields
+        if self.renamed is not None:
+            fields = {**fields, "call": self.renamed(name)}
+        node = NodeRuntime(name=name, args=args, **fields)
         return Job(job_id, True, node, job_id, name, f"node {name!r}", template.retryable,
                    template.hook, None, template.guarded)  # fmt: skip
 
