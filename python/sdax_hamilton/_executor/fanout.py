@@ -235,6 +235,12 @@ class Sources:
 
     def _draw(self, payload: tuple[int, int]) -> None:
         job, item = payload
+        run = self._calls.run
+        if run.aborted:
+            # Stopped while this draw waited in the queue: nothing is drawn; the core drops
+            # the "item" and has the source closed.
+            self._calls.execute(run.drawn(job, True))
+            return
         try:
             it = self._iterator(job)
         except BaseException as exc:
