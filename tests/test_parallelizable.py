@@ -743,3 +743,46 @@ async def test_node_hooks_see_each_items_node(make_module: Any) -> None:
     names = [name for name, _ in hooks.seen]
     assert names.count("fetch[1]") == 3 and names.count("fetch[0]") == 1
     assert "fetch" not in names
+
+
+SEVERAL = """
+from hamilton.htypes import Collect, Parallelizable
+
+def p1(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+def a(p1: int) -> int:
+    return p1 + 1
+
+def c1(a: Collect[int]) -> list[int]:
+    return list(a)
+
+def p2(c1: list[int]) -> Parallelizable[int]:
+    yield from c1
+
+def b(p2: int, n: int) -> int:
+    return p2 * n
+
+def c2(b: Collect[int]) -> list[int]:
+    return list(b)
+
+def q(m: int) -> Parallelizable[str]:
+    return ["x", "y"][:m]
+
+def r(q: str) -> str:
+    return q + "!"
+
+def s(r: Collect[str]) -> str:
+    return "".join(r)
+
+def both(c2: list[int], s: str) -> str:
+    return f"{c2}{s}"
+"""
+
+
+async def test_fan_outs_in_sequence_and_side_by_side_equal_hamiltons(make_module: Any) -> None:
+    mod = make_module(SEVERAL)
+    inputs = {"n": 3, "m": 2}
+    ours = await Driver(mod).prepare(["both", "c1"]).execute(inputs=inputs)
+    assert ours == hamilton_values(mod, ["both", "c1"], inputs)
+    assert ours == {"both": "[3, 6, 9]x!y!", "c1": [1, 2, 3]}
