@@ -786,3 +786,29 @@ async def test_fan_outs_in_sequence_and_side_by_side_equal_hamiltons(make_module
     ours = await Driver(mod).prepare(["both", "c1"]).execute(inputs=inputs)
     assert ours == hamilton_values(mod, ["both", "c1"], inputs)
     assert ours == {"both": "[3, 6, 9]x!y!", "c1": [1, 2, 3]}
+
+
+@pytest.mark.parametrize(
+    ("source", "inputs"),
+    [
+        (RESOURCES, {"n": 3, "fail": -1}),
+        (RESOURCES, {"n": 3, "fail": 1}),
+        (SOURCE_FAILS, {"n": 3}),
+        (ENDLESS, {}),
+    ],
+)
+def test_fan_out_runs_leave_no_reference_cycles(
+    make_module: Any, source: str, inputs: dict[str, Any]
+) -> None:
+    from test_driver_memory import _cyclic_garbage
+
+    mod = make_module(source)
+    plan = Driver(mod).prepare([next(n for n in ("rows", "out", "gathered") if hasattr(mod, n))])
+
+    async def scenario(module: Any) -> None:
+        try:
+            await plan.execute(inputs=inputs)
+        except ExecutionError:
+            pass
+
+    assert _cyclic_garbage(scenario, mod) == (0, [])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import types
+import weakref
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -118,7 +119,7 @@ class Calls:
         self.fans: Sources | None = None
         if isinstance(jobs, RunJobs):
             self.fans = Sources(self, jobs, values)
-            jobs.on_grow = self._grow
+            jobs.on_grow = weakref.WeakMethod(self._grow)
 
     def _grow(self, jobs: int, forward: bool) -> None:
         """The run's job table grew by ``jobs`` (a fan-out's item, or its releases)."""

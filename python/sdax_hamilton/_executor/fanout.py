@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -103,7 +104,6 @@ class RunJobs(list[Job]):
     nodes: tuple[NodeRuntime, ...]
     forward_count: int
     carrier: None
-    calling: RunJobs
     cache: None
     shared: Any
     fan_outs: tuple[FanOut, ...]
@@ -117,7 +117,6 @@ class RunJobs(list[Job]):
         self.nodes = plan_jobs.nodes
         self.forward_count = n
         self.carrier = None
-        self.calling = self  # ``arguments`` below
         self.cache = None
         self.shared = plan_jobs.shared
         self.fan_outs = fan_outs
@@ -130,8 +129,15 @@ class RunJobs(list[Job]):
             )
             self._branches.append([_Branch(plan_jobs[t], per_item) for t in fan.templates])
         self._collects = {fan.collect: f for f, fan in enumerate(fan_outs)}
-        self.on_grow: Callable[[int, bool], None] | None = None
+        # ``Calls._grow``, held weakly (the run's parts form no cycle).
+        self.on_grow: weakref.WeakMethod[Callable[[int, bool], None]] | None = None
         self._released = False
+
+    @property
+    def calling(self) -> RunJobs:
+        """Reads arguments as the plan's carrier does (``arguments`` below); a property, so
+        the table refers to nothing of its own (no cycle to collect)."""
+        return self
 
     def listed(self, nodes: tuple[str, ...]) -> tuple[str, ...]:
         """The plan's nodes as a run lists them: a branch node only as ``node[i]``, when
@@ -156,8 +162,7 @@ class RunJobs(list[Job]):
         branches = self._branches[f]
         self.extend(b.grown(item, first + k) for k, b in enumerate(branches))
         self.forward_count = len(self)
-        if self.on_grow is not None:
-            self.on_grow(len(branches), True)
+        self._grew(len(branches), True)
 
     def _add_releases(self) -> None:
         """The shutdown phase began: release ``i`` is job ``n + i``."""
@@ -171,8 +176,12 @@ class RunJobs(list[Job]):
             for i, job in enumerate(list.__iter__(self))
             if i < n
         )  # fmt: skip
-        if self.on_grow is not None:
-            self.on_grow(n, False)
+        self._grew(n, False)
+
+    def _grew(self, jobs: int, forward: bool) -> None:
+        grow = None if self.on_grow is None else self.on_grow()
+        if grow is not None:
+            grow(jobs, forward)
 
     def arguments(self, job: int, values: dict[str, Any]) -> dict[str, Any]:
         """A forward job's first arguments, as ``Carrier.arguments`` reads them (src/carry.rs):
@@ -201,7 +210,9 @@ class Sources:
     __slots__ = ("_calls", "_draws", "_its", "_jobs", "_values")
 
     def __init__(self, calls: Calls, jobs: RunJobs, values: dict[str, Any]) -> None:
-        self._calls = calls
+        # Weak: ``calls`` holds this object, and a run's parts form no cycle (they are freed
+        # by reference counting when the run is over, tests/test_driver_memory.py).
+        self._calls = weakref.proxy(calls)
         self._jobs = jobs
         self._values = values
         self._its: dict[int, Iterator[Any] | AsyncIterator[Any] | None] = {}
