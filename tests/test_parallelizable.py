@@ -812,3 +812,42 @@ def test_fan_out_runs_leave_no_reference_cycles(
             pass
 
     assert _cyclic_garbage(scenario, mod) == (0, [])
+
+
+DROPPED = """
+import weakref
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+class Page:
+    def __init__(self, n):
+        self.n = n
+
+PAGES = []
+ALIVE_AT_COLLECT = []
+
+@execution(max_concurrency=2)
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+async def page(items: int) -> Page:
+    p = Page(items)
+    PAGES.append(weakref.ref(p))
+    return p
+
+async def size(page: Page) -> int:
+    return page.n * 10
+
+def sizes(size: Collect[int]) -> list[int]:
+    ALIVE_AT_COLLECT.append(sum(ref() is not None for ref in PAGES))
+    return list(size)
+"""
+
+
+async def test_an_items_intermediate_values_are_dropped_once_read(make_module: Any) -> None:
+    # A long source keeps only what the Collect node receives, not every page it fetched.
+    mod = make_module(DROPPED)
+    result = await Driver(mod).prepare(["sizes"]).execute(inputs={"n": 20})
+    assert result == {"sizes": [i * 10 for i in range(20)]}
+    assert len(mod.PAGES) == 20
+    assert mod.ALIVE_AT_COLLECT == [0]

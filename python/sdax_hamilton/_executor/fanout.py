@@ -123,11 +123,23 @@ class RunJobs(list[Job]):
         self.items = [0] * len(fan_outs)
         self._plan_arguments = plan_jobs.calling.arguments
         self._branches: list[list[_Branch]] = []
+        self._reads: list[tuple[tuple[str, int], ...]] = []
+        self._unread: dict[str, int] = {}  # ``key[i]`` -> the item's nodes yet to read it
         for fan in fan_outs:
             per_item = frozenset(
                 [plan_jobs[fan.source].name, *(plan_jobs[t].name for t in fan.templates)]
             )
-            self._branches.append([_Branch(plan_jobs[t], per_item) for t in fan.templates])
+            branches = [_Branch(plan_jobs[t], per_item) for t in fan.templates]
+            self._branches.append(branches)
+            # How many of the item's nodes read each of its values (the collected one is
+            # the Collect node's): a value is dropped once the last of them has read it, so
+            # a long source keeps no intermediate values of the items it is done with.
+            reads: dict[str, int] = {}
+            for branch in branches:
+                for _kw, key, per in branch.args:
+                    if per and key != fan.collected:
+                        reads[key] = reads.get(key, 0) + 1
+            self._reads.append(tuple(reads.items()))
         self._collects = {fan.collect: f for f, fan in enumerate(fan_outs)}
         # ``Calls._grow``, held weakly (the run's parts form no cycle).
         self.on_grow: weakref.WeakMethod[Callable[[int, bool], None]] | None = None
@@ -161,6 +173,9 @@ class RunJobs(list[Job]):
         first = len(self)
         branches = self._branches[f]
         self.extend(b.grown(item, first + k) for k, b in enumerate(branches))
+        unread = self._unread
+        for key, count in self._reads[f]:
+            unread[f"{key}[{item}]"] = count
         self.forward_count = len(self)
         self._grew(len(branches), True)
 
@@ -190,11 +205,21 @@ class RunJobs(list[Job]):
         if f is not None:
             fan = self.fan_outs[f]
             key = fan.collected
-            values[key] = [values[f"{key}[{i}]"] for i in range(self.items[f])]
+            pop = values.pop
+            values[key] = [pop(f"{key}[{i}]") for i in range(self.items[f])]
         if job < self._plan_jobs.forward_count:
             return self._plan_arguments(job, values)
         node = list.__getitem__(self, job).node
         kwargs = {kw: values[key] for kw, key in node.args}
+        unread = self._unread
+        for _kw, key in node.args:
+            left = unread.get(key)
+            if left is not None:
+                if left == 1:
+                    del unread[key]
+                    del values[key]
+                else:
+                    unread[key] = left - 1
         if node.defaults:
             for kw, default in node.defaults.items():
                 kwargs.setdefault(kw, default)
