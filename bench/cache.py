@@ -3,6 +3,7 @@
 ```console
 $ python bench/cache.py            # about 2 min
 $ python bench/cache.py --quick    # about 1 min
+$ python bench/cache.py --lag      # only the loop lag, about 2 min
 ```
 
 One module file (Hamilton versions a node by its source) with a sync node returning a list
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import hashlib
 import importlib.util
 import os
 import statistics
@@ -132,16 +134,25 @@ async def lag_during(work: Callable[[], Awaitable[Any]], kept: list[Any] | None 
     return worst * 1e3
 
 
-async def main(quick: bool) -> None:
+async def main(quick: bool, lag_only: bool) -> None:
+    from hamilton import driver as hamilton_driver
+
     reps = 200 if quick else 1000
+    load_average = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="sdax-bench-cache-"))
     module = load(work)
     directory = str(work / "cache")
-    hamilton = await hits(module, directory, reps)
-    await misses(module, directory, reps // 4)
-    await single_flight(module, directory)
+    if lag_only:
+        hamilton = hamilton_driver.Builder().with_modules(module).with_cache(directory).build()
+    else:
+        hamilton = await hits(module, directory, reps)
+        await misses(module, directory, reps // 4)
+        await single_flight(module, directory)
     await loop_lag(module, directory, hamilton, 1 if quick else 3)
-    print(f"\n(cpu count {os.cpu_count()}, Python {sys.version.split()[0]}, {reps} hit reps)")
+    print(
+        f"\n(cpu count {os.cpu_count()}, Python {sys.version.split()[0]}, {reps} hit reps, "
+        f"load average {load_average:.1f} at the start, {os.getloadavg()[0]:.1f} at the end)"
+    )
 
 
 async def hits(module: Any, directory: str, reps: int) -> Any:
@@ -317,19 +328,36 @@ async def loop_lag(module: Any, directory: str, hamilton: Any, reps: int) -> Non
             n += 1
         return n
 
+    def pieces_for_half_a_second() -> int:
+        piece = bytes(1 << 20)
+        end = time.perf_counter() + 0.5
+        n = 0
+        while time.perf_counter() < end:
+            hashlib.md5(piece)  # the lock is let go while a piece is hashed
+            n += 1
+        return n
+
     loop = asyncio.get_running_loop()
     idle = [await lag_during(lambda: asyncio.sleep(0.5)) for _ in range(reps)]
-    busy = [
-        await lag_during(lambda: loop.run_in_executor(executor(), python_for_half_a_second))
-        for _ in range(reps)
-    ]
+    floors = {
+        name: [
+            await lag_during(lambda: loop.run_in_executor(executor(), work))  # noqa: B023
+            for _ in range(reps)
+        ]
+        for name, work in (
+            ("python", python_for_half_a_second),
+            ("pieces", pieces_for_half_a_second),
+        )
+    }
     print("\n## Loop lag while a 50 MB value is stored and loaded\n")
     print(
         "Longest oversleep of a 1 ms ticker on the loop, ms"
         + (f", median (worst) of {reps}" if reps > 1 else "")
-        + f". The idle loop meanwhile: {ms(idle)}; while a cache thread runs Python code "
-        f"for 0.5 s (the floor for any work in a thread: the interpreter's switch "
-        f"interval is {sys.getswitchinterval() * 1e3:.0f} ms): {ms(busy)}.\n"
+        + f". Floors on this machine meanwhile: the idle loop {ms(idle)}; a cache thread "
+        f"hashing 1 MiB pieces for 0.5 s (the lock let go during each piece, as the "
+        f"cache's I/O does) {ms(floors['pieces'])}; a cache thread running Python code for "
+        f"0.5 s (the lock taken back every {sys.getswitchinterval() * 1e3:.0f} ms, the "
+        f"interpreter's switch interval) {ms(floors['python'])}.\n"
     )
     print("| value | store: before | store: after | run, miss (stores) | load: before "
           "| load: after | load: after, Hamilton's file | run, hit (loads) |")  # fmt: skip
@@ -360,4 +388,6 @@ async def loop_lag(module: Any, directory: str, hamilton: Any, reps: int) -> Non
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument("--lag", action="store_true", help="only the loop-lag figures")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.quick, arguments.lag))
