@@ -1,9 +1,9 @@
 """Cost of ``Driver(..., cache=)`` (docs/caching.md), side by side with Hamilton's own cache.
 
 ```console
-$ python bench/cache.py            # about 2 min
-$ python bench/cache.py --quick    # about 1 min
-$ python bench/cache.py --lag      # only the loop lag, about 2 min
+$ python bench/cache.py            # about 4 min
+$ python bench/cache.py --quick    # about 2 min
+$ python bench/cache.py --lag      # only the loop lag, about 3 min
 ```
 
 One module file (Hamilton versions a node by its source) with a sync node returning a list
