@@ -204,6 +204,34 @@ async def test_large_values_are_written_and_read_in_pieces_in_the_cache_threads(
         assert {thread.startswith("sdax_hamilton cache") for _, thread, _ in pieces} == {True}
 
 
+@pytest.mark.parametrize("node", ["blob", "array"])
+async def test_hamiltons_large_files_are_read_in_pieces_in_the_cache_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: str
+) -> None:
+    module = file_module(tmp_path, BLOB)
+    directory = str(tmp_path / "c")
+    hamilton = driver.Builder().with_modules(module).with_cache(directory).build()
+    theirs = hamilton.execute([node], inputs={"n": BIG})  # Hamilton's own file (protocol 4)
+    log: list[tuple[str, str, int]] = []
+
+    def recording_open(path: Any, mode: str, buffering: int = -1) -> _Recorded:
+        return _Recorded(open(path, mode, buffering), log)
+
+    monkeypatch.setattr(cache_io, "open", recording_open, raising=False)
+    seen: list[Any] = []
+    ours = (
+        await Driver(module, cache=directory)
+        .prepare([node])
+        .execute(inputs={"n": BIG}, observer=seen.append)
+    )
+    assert [e.node for e in seen if e.kind == "cache_hit"] == [node]
+    assert bytes(ours[node]) == bytes(theirs[node])
+    reads = [entry for entry in log if entry[0] == "read"]
+    assert sum(size for _, _, size in reads) >= memoryview(ours[node]).nbytes - CHUNK
+    assert max(size for _, _, size in reads) <= CHUNK
+    assert {thread.startswith("sdax_hamilton cache") for _, thread, _ in reads} == {True}
+
+
 class Unpicklable:
     """A value Hamilton can fingerprint but pickle cannot write."""
 
