@@ -851,3 +851,38 @@ async def test_an_items_intermediate_values_are_dropped_once_read(make_module: A
     assert result == {"sizes": [i * 10 for i in range(20)]}
     assert len(mod.PAGES) == 20
     assert mod.ALIVE_AT_COLLECT == [0]
+
+
+UNBOUNDED = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+
+DRAWN = []
+
+def items() -> Parallelizable[int]:
+    i = 0
+    while True:
+        DRAWN.append(i)
+        yield i
+        i += 1
+
+async def work(items: int) -> int:
+    await asyncio.sleep(0)
+    if items == 5:
+        raise ValueError("stop")
+    return items
+
+def gathered(work: Collect[int]) -> list[int]:
+    return list(work)
+"""
+
+
+async def test_an_endless_sync_source_without_a_bound_lets_its_branches_run(
+    make_module: Any,
+) -> None:
+    # Without max_concurrency every item may start at once, but each draw waits for a turn
+    # of the loop: the branches started so far run meanwhile, and a failure stops the source.
+    mod = make_module(UNBOUNDED)
+    with pytest.raises(ExecutionError):
+        await asyncio.wait_for(Driver(mod).prepare(["gathered"]).execute(), 30)
+    assert len(mod.DRAWN) < 1000

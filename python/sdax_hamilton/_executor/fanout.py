@@ -24,7 +24,7 @@ import dataclasses
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from .. import _core
 from .._failures import add_note_once
@@ -246,7 +246,13 @@ class Sources:
     def execute(self, op: int, job: int, item: int) -> None:
         post = self._calls.table.post
         if op == _DRAW:
-            post((_FAN, self._draw, (job, item)))
+            if self._jobs.fan_outs[self._fan(job)].limit is None:
+                # No bound: the next draw waits for a turn of the loop, so that the
+                # branches already started run meanwhile (a failure among them stops an
+                # endless source) rather than every item being drawn first.
+                asyncio.get_running_loop().call_soon(post, (_FAN, self._draw, (job, item)))
+            else:
+                post((_FAN, self._draw, (job, item)))
         elif op == _CLOSE:
             post((_FAN, self._close, job))
         elif op == _STOP_DRAW:
@@ -283,8 +289,12 @@ class Sources:
             self._failed(job, item, exc)
             return
         if hasattr(it, "__anext__"):
-            loop = asyncio.get_running_loop()
-            self._draws[job] = loop.create_task(self._draw_async(job, item, it))
+            draw: Any = anext(cast("AsyncIterator[Any]", it))
+            task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(draw)
+            self._draws[job] = task
+            # A callback, not code in the task: a task cancelled before its first step
+            # (STOP_DRAW at once) runs none of its own code, but its callbacks run.
+            task.add_done_callback(lambda done: self._draw_done(job, item, done))
             return
         try:
             value = next(it)
@@ -295,16 +305,18 @@ class Sources:
         else:
             self._drawn(job, item, True, value)
 
-    async def _draw_async(self, job: int, item: int, it: Any) -> None:
+    def _draw_done(self, job: int, item: int, task: asyncio.Task[Any]) -> None:
         post = self._calls.table.post
-        try:
-            value = await anext(it)
-        except StopAsyncIteration:
+        if task.cancelled():
+            post((_FAN, self._ended, (job, item, False, False, asyncio.CancelledError())))
+            return
+        exc = task.exception()
+        if exc is None:
+            post((_FAN, self._ended, (job, item, True, True, task.result())))
+        elif isinstance(exc, StopAsyncIteration):
             post((_FAN, self._ended, (job, item, True, False, None)))
-        except BaseException as exc:  # never let anything escape a task
-            post((_FAN, self._ended, (job, item, False, False, exc)))
         else:
-            post((_FAN, self._ended, (job, item, True, True, value)))
+            post((_FAN, self._ended, (job, item, False, False, exc)))
 
     def _ended(self, payload: tuple[int, int, bool, bool, Any]) -> None:
         job, item, ok, has, value = payload
@@ -357,13 +369,14 @@ class Sources:
         raise RuntimeError(f"sdax_hamilton internal error: job {job} has no fan-out")
 
     def _close(self, job: int) -> None:
-        it = self._its.pop(job, None)
+        it: Any = self._its.pop(job, None)
         if it is None:  # never drawn from: the source object itself may be a generator
             it = self._values.get(self._jobs[job].name)
         try:
             if hasattr(it, "aclose"):
-                loop = asyncio.get_running_loop()
-                self._draws[job] = loop.create_task(self._close_async(job, it))
+                task = asyncio.get_running_loop().create_task(it.aclose())
+                self._draws[job] = task
+                task.add_done_callback(lambda done: self._close_done(job, done))
                 return
             close = getattr(it, "close", None)
             if close is not None:
@@ -372,13 +385,9 @@ class Sources:
             self._close_failed(job, exc)
         self._calls.execute(self._calls.run.closed(job))
 
-    async def _close_async(self, job: int, it: Any) -> None:
-        try:
-            await it.aclose()
-        except BaseException as exc:  # never let anything escape a task
-            self._calls.table.post((_FAN, self._closed_async, (job, exc)))
-        else:
-            self._calls.table.post((_FAN, self._closed_async, (job, None)))
+    def _close_done(self, job: int, task: asyncio.Task[Any]) -> None:
+        exc = asyncio.CancelledError() if task.cancelled() else task.exception()
+        self._calls.table.post((_FAN, self._closed_async, (job, exc)))
 
     def _closed_async(self, payload: tuple[int, BaseException | None]) -> None:
         job, exc = payload
