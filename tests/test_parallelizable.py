@@ -886,3 +886,40 @@ async def test_an_endless_sync_source_without_a_bound_lets_its_branches_run(
     with pytest.raises(ExecutionError):
         await asyncio.wait_for(Driver(mod).prepare(["gathered"]).execute(), 30)
     assert len(mod.DRAWN) < 1000
+
+
+BROKEN = """
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import CircuitBreaker, execution
+
+BREAKER = CircuitBreaker(failure_ratio=0.5, min_calls=2, window=60.0, break_for=60.0)
+CALLED = []
+
+@execution(max_concurrency=1)
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+@execution(breaker=BREAKER, fallback=lambda exc: type(exc).__name__)
+def lookup(items: int) -> str:
+    CALLED.append(items)
+    raise ConnectionError("service down")
+
+def looked_up(lookup: Collect[str]) -> list[str]:
+    return list(lookup)
+"""
+
+
+async def test_a_breaker_opened_by_earlier_items_rejects_later_ones(make_module: Any) -> None:
+    mod = make_module(BROKEN)
+    events: list[RunEvent] = []
+    result = (
+        await Driver(mod).prepare(["looked_up"]).execute(inputs={"n": 4}, observer=events.append)
+    )
+    # One branch at a time: items 0 and 1 fail and open the breaker; 2 and 3 are refused
+    # without a call, and each item's fallback names what it got.
+    assert result == {
+        "looked_up": ["ConnectionError", "ConnectionError", "CircuitOpen", "CircuitOpen"]
+    }
+    assert mod.CALLED == [0, 1]
+    rejected = [e.node for e in events if e.kind == "circuit_rejected"]
+    assert rejected == ["lookup[2]", "lookup[3]"]

@@ -358,7 +358,7 @@ class Sources:
                     )
                 except BaseException:
                     pass
-                calls.report().failed_for_good(job, exc, None)
+                calls.report().failed_for_good(job, exc, run.attempts(job))
                 calls.record.failed(exc)
         calls.execute(run.draw_failed(job))
 
