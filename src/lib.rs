@@ -56,6 +56,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CARRIED_SUSPENDED", carry::SUSPENDED)?;
     m.add("CARRIED_AWAITABLE", carry::AWAITABLE)?;
     m.add("CARRIED_REJECTED", carry::REJECTED)?;
+    m.add("CARRIED_BREAKER", carry::CARRIED_BREAKER)?;
     m.add_class::<PyPolicy>()?;
     m.add_class::<PyGraph>()?;
     m.add_class::<PyPlan>()?;

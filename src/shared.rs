@@ -208,6 +208,19 @@ impl PyBulkhead {
     }
 }
 
+/// What the inline carrier asks of a bulkhead (src/carry.rs).
+impl PyBulkhead {
+    /// A permit if one is free with nobody queued; `false` changes nothing.
+    pub(crate) fn acquire_free(&self) -> bool {
+        locked(&self.inner).try_acquire_free()
+    }
+
+    /// Give a carried attempt's permit back: the waiter it went to (wake it), or `None`.
+    pub(crate) fn give_back(&self) -> PyResult<Option<u64>> {
+        self.release()
+    }
+}
+
 // ------------------------------------------------------------------------ CircuitBreaker
 
 /// docs/contract.md#circuit-breaker: closed, open for `break_for`, half-open with up to `probes`
@@ -332,6 +345,19 @@ impl PyCircuitBreaker {
             g.break_for(),
             g.probes()
         )
+    }
+}
+
+/// What the inline carrier asks of a breaker (src/carry.rs).
+impl PyCircuitBreaker {
+    /// Admitted at `now` without a probe if closed; `false` changes nothing.
+    pub(crate) fn admit_if_closed(&self, now: f64) -> bool {
+        locked(&self.inner).admit_if_closed(now)
+    }
+
+    /// The outcome of an attempt admitted by `admit_if_closed`: the transition it caused.
+    pub(crate) fn record_unprobed(&self, now: f64, success: bool) -> Option<&'static str> {
+        transition_str(locked(&self.inner).record(now, success, None))
     }
 }
 

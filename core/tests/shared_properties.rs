@@ -31,6 +31,8 @@ enum BreakerOp {
     /// Advance the clock by this many milliseconds.
     Tick(u16),
     Admit,
+    /// `admit_if_closed`: the closed case of `admit`, or nothing at all.
+    AdmitIfClosed,
     /// Finish outstanding attempt `i % len` with this outcome.
     Finish(usize, bool),
     /// Outstanding attempt `i % len` ends without an outcome.
@@ -41,6 +43,7 @@ fn breaker_op() -> impl Strategy<Value = BreakerOp> {
     prop_oneof![
         (0u16..3000).prop_map(BreakerOp::Tick),
         Just(BreakerOp::Admit),
+        Just(BreakerOp::AdmitIfClosed),
         (any::<usize>(), any::<bool>()).prop_map(|(i, ok)| BreakerOp::Finish(i, ok)),
         any::<usize>().prop_map(BreakerOp::Drop),
     ]
@@ -191,6 +194,16 @@ proptest! {
                         (a, m) => prop_assert!(false, "core {:?}, model {:?}", a, m),
                     }
                 }
+                BreakerOp::AdmitIfClosed => {
+                    // Allowed exactly when the model's `admit` would allow without a probe
+                    // and without a transition; refused, nothing changes (the model is not
+                    // asked at all).
+                    let closed = matches!(model.state, ModelState::Closed);
+                    prop_assert_eq!(cb.admit_if_closed(now), closed);
+                    if closed {
+                        out.push((None, None));
+                    }
+                }
                 BreakerOp::Finish(i, ok) if !out.is_empty() => {
                     let (p, mp) = out.remove(i % out.len());
                     prop_assert_eq!(cb.record(now, ok, p), model.record(now, ok, mp));
@@ -305,6 +318,8 @@ fn budget_holds_under_threads() {
 #[derive(Clone, Debug)]
 enum BulkOp {
     Acquire,
+    /// `try_acquire_free`: `try_acquire`'s grant, or nothing at all.
+    AcquireFree,
     /// A holder releases.
     Release,
     /// A granted waiter `i % len` claims its permit.
@@ -316,6 +331,7 @@ enum BulkOp {
 fn bulk_op() -> impl Strategy<Value = BulkOp> {
     prop_oneof![
         3 => Just(BulkOp::Acquire),
+        2 => Just(BulkOp::AcquireFree),
         2 => Just(BulkOp::Release),
         2 => any::<usize>().prop_map(BulkOp::Claim),
         1 => any::<usize>().prop_map(BulkOp::Cancel),
@@ -363,6 +379,13 @@ proptest! {
                         prop_assert!(holders + granted.len() as u64 == maxc);
                     }
                 },
+                BulkOp::AcquireFree => {
+                    let free = queue.is_empty() && holders + (granted.len() as u64) < maxc;
+                    prop_assert_eq!(b.try_acquire_free(), free);
+                    if free {
+                        holders += 1;
+                    }
+                }
                 BulkOp::Release if holders > 0 => {
                     holders -= 1;
                     let next = b.release().unwrap();

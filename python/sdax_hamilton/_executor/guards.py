@@ -8,6 +8,12 @@ does to it, who gets a permit and in which order (core/src/shared/), whether a r
 the budget and when a fallback is called (core/src/run.rs). This module carries them
 out: it reads the clock for them, parks a waiting attempt until its permit comes, and
 wakes the waiter a released permit goes to, on whatever loop or thread it waits.
+
+A lone first attempt that can be admitted at once (its breaker closed, a permit free) is
+admitted, called and, if it is over without the driver, ended by the core's ``Run`` itself
+(src/carry.rs); the driver sees such an attempt only when it is handed back (``carried``),
+when a permit it gave back went to a waiter (``wake``), or when its success changed its
+breaker's state (``carried_transition``).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from .. import _core
 from .._failures import add_note_once
 from .._resilience import Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen
 from .._types import checker, invalid_output
@@ -47,27 +54,28 @@ _lock: Final = threading.Lock()
 _wakers: Final[dict[tuple[int, int], Callable[[], object]]] = {}
 
 
-def _wake(bulkhead: Bulkhead, waiter: int | None) -> None:
-    """Wake ``waiter`` (a permit went to it); one that can no longer be woken (its loop
-    closed) leaves, and its permit passes on."""
+def wake(core: _core.Bulkhead, waiter: int | None) -> None:
+    """Wake ``waiter`` of the bulkhead whose core is ``core`` (a permit went to it); one
+    that can no longer be woken (its loop closed) leaves, and its permit passes on. The
+    carrier calls it for a permit a carried attempt gave back (src/carry.rs)."""
     while waiter is not None:
         with _lock:
-            wake = _wakers.pop((id(bulkhead._core), waiter), None)
-        if wake is None:
+            woken = _wakers.pop((id(core), waiter), None)
+        if woken is None:
             return  # it left meanwhile (its cancellation passes the permit on)
         try:
-            wake()
+            woken()
             return
         except RuntimeError:  # its loop is closed
             with _lock:
-                waiter = bulkhead._core.cancel_waiter(waiter)
+                waiter = core.cancel_waiter(waiter)
 
 
 def give_back(bulkhead: Bulkhead) -> None:
     """Return a permit: to the first waiter (woken), or to the pool."""
     with _lock:
         waiter = bulkhead._core.release()
-    _wake(bulkhead, waiter)
+    wake(bulkhead._core, waiter)
 
 
 class Held:
@@ -161,6 +169,26 @@ class Guards:
             held.permit = True
         self.held[attempt] = held
         return True
+
+    def carried(self, attempt: Attempt) -> None:
+        """The core's ``Run`` admitted ``attempt`` and handed it back (src/carry.rs): it
+        holds a permit of its node's bulkhead, if any, and its node's breaker, if any, let
+        it through closed; it ends as one the driver admitted (``ended``)."""
+        held = Held()
+        node = attempt.job.node
+        if node.bulkhead is not None:
+            held.bulkhead = node.bulkhead
+            held.permit = True
+        if node.breaker is not None:
+            held.state = "closed"
+        self.held[attempt] = held
+
+    def carried_transition(self, job: int, transition: str) -> None:
+        """The success of an attempt of ``job`` the core's ``Run`` carried out changed its
+        breaker's state (src/carry.rs): log it."""
+        breaker = self._calls.jobs[job].node.breaker
+        if breaker is not None:
+            self._transition(breaker, transition)
 
     def _reject(
         self,
@@ -285,7 +313,7 @@ class Guards:
         with _lock:
             _wakers.pop((id(bulkhead._core), waiter), None)
             passed = bulkhead._core.cancel_waiter(waiter)
-        _wake(bulkhead, passed)
+        wake(bulkhead._core, passed)
 
     def abandon(self) -> None:
         """The run's bookkeeping failed: give back everything still held."""

@@ -67,7 +67,10 @@ class NodeRuntime:
 def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
     """What a plan's runs need to carry out their lone STARTs inside the core's ``Run``
     (src/carry.rs; docs/internals.md, "How the driver carries out STARTs"): each node's
-    call, arguments, checks and release, as the driver would use them."""
+    call, arguments, checks and release, as the driver would use them. A node's bulkhead
+    and breaker admit its carried attempts as the driver's (``guards.py``)."""
+    from .guards import wake  # guards.py imports this module's users
+
     return _core.Carrier(
         [
             _core.CarriedNode(
@@ -80,7 +83,8 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
                 output_type=node.output_type,
                 owned=node.release is not None,
                 positional=not node.defaults and _takes_positionally(node.call, node.args),
-                declined=node.bulkhead is not None or node.breaker is not None,
+                bulkhead=None if node.bulkhead is None else node.bulkhead._core,
+                breaker=None if node.breaker is None else node.breaker._core,
             )
             for node in nodes
         ],
@@ -89,6 +93,7 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
         inspect.isawaitable,
         types.CoroutineType,
         time.monotonic,
+        wake=wake,
     )
 
 
