@@ -48,8 +48,10 @@ _TIMED_OUT: Final = AttemptState.TIMED_OUT
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
 
 # Every waiter of every bulkhead in the process: (id of the bulkhead's core, waiter id) ->
-# how to wake it. The lock spans a queueing and its registration, and a release and its
-# look-up, so a permit never goes to a waiter not registered yet.
+# how to wake it. The lock spans a queueing and its registration, and every look-up is made
+# under it, so a permit never goes to a waiter not registered yet: a release that names a
+# waiter (here, or in the core's Run for a carried attempt, which then calls ``wake``)
+# looks it up only once the queueing that made it has registered it.
 _lock: Final = threading.Lock()
 _wakers: Final[dict[tuple[int, int], Callable[[], object]]] = {}
 
