@@ -46,7 +46,7 @@ use pyo3::{PyTraverseError, PyVisit};
 
 use crate::check::Check;
 use crate::seq::items;
-use crate::shared::{PyBulkhead, PyCircuitBreaker};
+use crate::shared::{admit_at_once, end_unprobed, PyBulkhead, PyCircuitBreaker};
 
 /// The opcode of a carried START handed back (outside the core's `Op` range).
 pub(crate) const CARRIED: u8 = 0x80;
@@ -742,27 +742,21 @@ impl PyCarrier {
     }
 
     /// Admit an attempt of a guarded node at once, or take nothing (`None`): the breaker
-    /// first (a rejected attempt takes no permit), then the bulkhead.
+    /// first (a rejected attempt takes no permit), then the bulkhead
+    /// (`crate::shared::admit_at_once`).
     fn admit(&self, py: Python<'_>, node: &NodeCall) -> PyResult<Option<Admitted>> {
-        if let Some(breaker) = &node.breaker {
-            let now: f64 = self.monotonic.bind(py).call0()?.extract()?;
-            if !breaker.get().admit_if_closed(now) {
-                return Ok(None);
-            }
-        }
-        // A closed breaker's admission holds nothing: a bulkhead that is full leaves it so.
-        let permit = match &node.bulkhead {
-            Some(bulkhead) => {
-                if !bulkhead.get().acquire_free() {
-                    return Ok(None);
-                }
-                true
-            }
-            None => false,
+        let now: f64 = match &node.breaker {
+            Some(_) => self.monotonic.bind(py).call0()?.extract()?,
+            None => 0.0, // a bulkhead alone reads no clock
         };
+        let bulkhead = node.bulkhead.as_ref().map(Py::get);
+        let breaker = node.breaker.as_ref().map(Py::get);
+        if !admit_at_once(bulkhead, breaker, now) {
+            return Ok(None);
+        }
         Ok(Some(Admitted {
-            permit,
-            breaker: node.breaker.is_some(),
+            permit: bulkhead.is_some(),
+            breaker: breaker.is_some(),
         }))
     }
 
@@ -776,23 +770,22 @@ impl PyCarrier {
         admitted: &Admitted,
         succeeded: bool,
     ) -> PyResult<Option<&'static str>> {
-        if admitted.permit {
-            if let Some(bulkhead) = &node.bulkhead {
-                if let Some(waiter) = bulkhead.get().give_back()? {
-                    if let Some(wake) = &self.wake {
-                        wake.bind(py).call1((bulkhead, waiter))?;
-                    }
-                }
-            }
-        }
-        if !(succeeded && admitted.breaker) {
-            return Ok(None);
-        }
-        let Some(breaker) = &node.breaker else {
-            return Ok(None);
+        let bulkhead = node.bulkhead.as_ref().filter(|_| admitted.permit);
+        let breaker = node.breaker.as_ref().filter(|_| admitted.breaker);
+        let now: f64 = match (breaker, succeeded) {
+            (Some(_), true) => self.monotonic.bind(py).call0()?.extract()?,
+            _ => 0.0, // nothing to record
         };
-        let now: f64 = self.monotonic.bind(py).call0()?.extract()?;
-        Ok(breaker.get().record_unprobed(now, true))
+        let (waiter, transition) = end_unprobed(
+            bulkhead.map(Py::get),
+            breaker.map(Py::get),
+            now,
+            succeeded.then_some(true),
+        )?;
+        if let (Some(waiter), Some(bulkhead), Some(wake)) = (waiter, bulkhead, &self.wake) {
+            wake.bind(py).call1((bulkhead, waiter))?;
+        }
+        Ok(transition)
     }
 
     /// Call forward job `job` with its arguments and go on with what it returned.

@@ -77,5 +77,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
     m.add_function(wrap_pyfunction!(is_number, m)?)?;
     m.add_function(wrap_pyfunction!(step::has_room, m)?)?;
+    m.add_function(wrap_pyfunction!(shared::py_admit_at_once, m)?)?;
+    m.add_function(wrap_pyfunction!(shared::py_end_unprobed, m)?)?;
     Ok(())
 }

@@ -361,6 +361,69 @@ impl PyCircuitBreaker {
     }
 }
 
+// ------------------------------------------------------------------------ admission at once
+
+/// Admit an attempt at `now` without waiting and without a probe, or take nothing: its
+/// breaker (if any) closed (`CircuitBreaker::admit_if_closed`), then a permit of its
+/// bulkhead (if any) free with nobody queued (`Bulkhead::try_acquire_free`). `false`: the
+/// caller admits it the way that may queue, refuse it or let it through as a probe.
+pub(crate) fn admit_at_once(
+    bulkhead: Option<&PyBulkhead>,
+    breaker: Option<&PyCircuitBreaker>,
+    now: f64,
+) -> bool {
+    if let Some(breaker) = breaker {
+        if !breaker.admit_if_closed(now) {
+            return false;
+        }
+    }
+    // A closed breaker's admission holds nothing: a full bulkhead leaves it so.
+    bulkhead.is_none_or(|bulkhead| bulkhead.acquire_free())
+}
+
+/// An attempt admitted without a probe is over: the permit it holds goes back to
+/// `bulkhead` (if given) and `success` (if not `None`) to `breaker` (if given). The waiter
+/// the permit went to (wake it) and the breaker's transition, if any.
+pub(crate) fn end_unprobed(
+    bulkhead: Option<&PyBulkhead>,
+    breaker: Option<&PyCircuitBreaker>,
+    now: f64,
+    success: Option<bool>,
+) -> PyResult<(Option<u64>, Option<&'static str>)> {
+    let waiter = match bulkhead {
+        Some(bulkhead) => bulkhead.give_back()?,
+        None => None,
+    };
+    let transition = match (breaker, success) {
+        (Some(breaker), Some(success)) => breaker.record_unprobed(now, success),
+        _ => None,
+    };
+    Ok((waiter, transition))
+}
+
+/// `admit_at_once` for the driver (python/sdax_hamilton/_executor/guards.py): one crossing.
+#[pyfunction]
+#[pyo3(name = "admit_at_once", signature = (bulkhead, breaker, now))]
+pub(crate) fn py_admit_at_once(
+    bulkhead: Option<PyRef<'_, PyBulkhead>>,
+    breaker: Option<PyRef<'_, PyCircuitBreaker>>,
+    now: f64,
+) -> bool {
+    admit_at_once(bulkhead.as_deref(), breaker.as_deref(), now)
+}
+
+/// `end_unprobed` for the driver: `(waiter or None, transition or None)`.
+#[pyfunction]
+#[pyo3(name = "end_unprobed", signature = (bulkhead, breaker, now, success))]
+pub(crate) fn py_end_unprobed(
+    bulkhead: Option<PyRef<'_, PyBulkhead>>,
+    breaker: Option<PyRef<'_, PyCircuitBreaker>>,
+    now: f64,
+    success: Option<bool>,
+) -> PyResult<(Option<u64>, Option<&'static str>)> {
+    end_unprobed(bulkhead.as_deref(), breaker.as_deref(), now, success)
+}
+
 // ------------------------------------------------------------------------ RetryBudget
 
 /// docs/contract.md#retry-budget: retries at most `ratio` × first attempts + `min_per_second` ×

@@ -67,6 +67,19 @@ Command = tuple[int, int, int, Any]
 """``(op, job, attempt, arg)``: ``arg`` is a float or ``None``, ``CARRIED``'s
 ``HandBack``, or ``CARRIED_BREAKER``'s transition."""
 
+def admit_at_once(bulkhead: Bulkhead | None, breaker: CircuitBreaker | None, now: float) -> bool:
+    """Admit an attempt at once, or take nothing (``False``): ``breaker`` (if any) closed,
+    then a permit of ``bulkhead`` (if any) free with nobody queued. Admitted, it holds the
+    permit and no probe: end it with ``end_unprobed``."""
+
+def end_unprobed(
+    bulkhead: Bulkhead | None, breaker: CircuitBreaker | None, now: float, success: bool | None
+) -> tuple[int | None, str | None]:
+    """An attempt admitted without a probe is over: its permit goes back to ``bulkhead``
+    (if given; ``None`` when it holds none) and ``success`` (unless ``None``) to
+    ``breaker``. ``(waiter the permit went to or None, the breaker's transition or
+    None)``."""
+
 @final
 class HandBack:
     """A START the ``Run`` carried out itself, handed back to the driver (``CARRIED``)."""

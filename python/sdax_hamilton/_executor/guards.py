@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger("sdax_hamilton")
 
 _monotonic: Final = time.monotonic
+_admit_at_once: Final = _core.admit_at_once
+_end_unprobed: Final = _core.end_unprobed
 _RAISED: Final = EventKind.RAISED
 _UNSTARTED: Final = EventKind.UNSTARTED
 _PERMIT: Final = EventKind.PERMIT
@@ -119,6 +121,22 @@ class Guards:
         node = attempt.job.node
         held = Held()
         breaker = node.breaker
+        bulkhead = node.bulkhead
+        # At once (the breaker closed, a permit free) in one call; otherwise nothing was
+        # taken and the attempt is admitted below, where it may queue, be refused or be
+        # let through as a probe.
+        if _admit_at_once(
+            None if bulkhead is None else bulkhead._core,
+            None if breaker is None else breaker._core,
+            _monotonic(),
+        ):
+            if bulkhead is not None:
+                held.bulkhead = bulkhead
+                held.permit = True
+            if breaker is not None:
+                held.state = "closed"
+            self.held[attempt] = held
+            return True
         if breaker is not None:
             admission, transition = breaker._core.admit(_monotonic())
             if transition is not None:
@@ -135,7 +153,6 @@ class Guards:
                 return False
             held.probe = admission  # a probe ticket, or None
             held.state = "closed" if admission is None else "half_open"
-        bulkhead = node.bulkhead
         if bulkhead is not None:
             held.bulkhead = bulkhead
             with _lock:
@@ -338,9 +355,22 @@ class Guards:
         held = self.held.pop(attempt, None)
         if held is None:
             return  # rejected: it held nothing
+        breaker = attempt.job.node.breaker
+        if held.probe is None:  # no probe ticket to hand back: one call
+            bulkhead = held.bulkhead if held.permit else None
+            waiter, transition = _end_unprobed(
+                None if bulkhead is None else bulkhead._core,
+                None if breaker is None else breaker._core,
+                _monotonic(),
+                success,
+            )
+            if waiter is not None and bulkhead is not None:
+                wake(bulkhead._core, waiter)
+            if transition is not None and breaker is not None:
+                self._transition(breaker, transition)
+            return
         if held.permit and held.bulkhead is not None:
             give_back(held.bulkhead)
-        breaker = attempt.job.node.breaker
         if breaker is None:
             return
         if success is None:
