@@ -108,7 +108,7 @@ class Hedger:
         self._launch(members[0], job, kwargs, limit)
         told: set[int] = set()
         try:
-            winner, last = await self._drive(round_, after, members, told, job, kwargs)
+            winner = await self._drive(round_, after, members, told, job, kwargs)
         except BaseException:
             # The run stops this node (the caller's cancellation, another node's failure):
             # every call is cancelled and drained before the round's cancellation goes on.
@@ -123,8 +123,7 @@ class Hedger:
             if hedge.window is not None:
                 hedge.window.record(winner.ended - winner.started)
             return outcome[1]
-        assert last is not None
-        attempt.number = last.number
+        attempt.number = members[0].number
         raise self._failure(job, members, completion[1])
 
     async def _drive(
@@ -135,11 +134,10 @@ class Hedger:
         told: set[int],
         job: Job,
         kwargs: dict[str, Any],
-    ) -> tuple[Member | None, Member | None]:
-        """Run the round until it is complete: ``(winner, the last call to end)``."""
+    ) -> Member | None:
+        """Run the round until it is complete; its winner, if any."""
         loop = self._loop
         winner: Member | None = None
-        last: Member | None = None
         while round_.completion() is None:
             # Under an eager task factory a call may end inside create_task: look at every
             # call, not only what asyncio.wait hands back.
@@ -158,8 +156,7 @@ class Hedger:
                 told.add(member.index)
                 if self._ended(round_, member, members, winner, job):
                     winner = member
-                last = member
-        return winner, last
+        return winner
 
     async def _aborted(
         self,
@@ -180,6 +177,8 @@ class Hedger:
                 self._ended(round_, member, members, None, attempt.job, quiet=member is kept)
         if kept is not None:
             attempt.number = kept.number
+            if kept.index:
+                self._first_failed(members[0], attempt.job)
 
     def _failure(self, job: Job, members: list[Member], others: list[int]) -> BaseException:
         """Every call failed: call 0's exception is the round's; the others are noted."""
@@ -253,8 +252,7 @@ class Hedger:
         if raised:
             round_.failed(member.index)
             self._record(job, member, payload)
-            completion = round_.completion()
-            if member.index and (completion is None or completion[0] != "failed"):
+            if member.index:  # call 0's failure is reported once the round is decided
                 report.attempt_failed(
                     job.id, member.number + 1, payload, timed_out=member.timed_out, retry_delay=None
                 )
@@ -263,11 +261,20 @@ class Hedger:
         if kind != "won":
             return False
         self._record(job, member, None)
+        self._first_failed(members[0], job)
         if member.index and self._calls.watching:
             report.attempt_returned(job.id, member.number + 1, member.timed_out)
         for index in cancel:
             self._stop(members[index])
         return True
+
+    def _first_failed(self, first: Member, job: Job) -> None:
+        """The round did not fail, yet call 0 did (earlier): report it now."""
+        outcome = first.outcome
+        if outcome is not None and outcome[0] and not first.stopped:
+            self._calls.report().attempt_failed(
+                job.id, first.number + 1, outcome[1], timed_out=first.timed_out, retry_delay=None
+            )
 
     def _record(self, job: Job, member: Member, error: BaseException | None) -> None:
         """A hedge's outcome goes to the node's breaker as an attempt's would (call 0's is
