@@ -141,10 +141,10 @@ class Hedger:
         while round_.completion() is None:
             # Under an eager task factory a call may end inside create_task: look at every
             # call, not only what asyncio.wait hands back.
-            ended = [m for m in members if m.outcome is not None and m.index not in told]
+            ended = [m for m in members if self._over(m) and m.index not in told]
             if not ended:
                 due = round_.next_due(after)
-                pending = [m.task for m in members if m.outcome is None and m.task]
+                pending = [m.task for m in members if not self._over(m) and m.task]
                 wait = None if due is None else max(due - loop.time(), 0.0)
                 await asyncio.wait(pending, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
                 if due is not None and loop.time() >= due and round_.completion() is None:
@@ -194,6 +194,18 @@ class Hedger:
                 )
         return error
 
+    def _over(self, member: Member) -> bool:
+        """Whether the call has ended; one cancelled before its first step never ran its
+        body: it ended with that cancellation."""
+        if member.outcome is not None:
+            return True
+        task = member.task
+        if task is None or not task.done():
+            return False
+        member.outcome = (True, asyncio.CancelledError())
+        member.ended = self._loop.time()
+        return True
+
     def _kept(self, members: list[Member], told: set[int]) -> Member | None:
         """The stopped call whose cancellation the executor reports (call 0 if it was
         stopped, else the first other one)."""
@@ -206,7 +218,7 @@ class Hedger:
         """Wait until every call has ended; a further cancellation meanwhile is absorbed
         (the round is already stopping)."""
         while True:
-            pending = [m.task for m in members if m.outcome is None and m.task]
+            pending = [m.task for m in members if not self._over(m) and m.task]
             if not pending:
                 return
             try:
