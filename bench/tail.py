@@ -93,7 +93,7 @@ async def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10_000)
-    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--seed", type=int, default=2013)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()

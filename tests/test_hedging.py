@@ -1,5 +1,5 @@
-"""Hedged attempts in runs (SPEC §13.1, docs/hedging.md; the round's rules in the core:
-core/tests/hedge.rs, tests/test_hedge_round.py).
+"""Hedged attempts in runs (docs/contract.md#hedging, docs/hedging.md; the round's rules in
+the core: core/tests/hedge.rs, tests/test_hedge_round.py).
 
 Every call of a round is controlled by events the test sets (a call waits until the hedge
 started, or until it is told to go on), so nothing here depends on how fast the machine is:

@@ -1,11 +1,11 @@
 """Hedged rounds carried out (docs/hedging.md): one START of a hedged node is one round.
 
 The core's ``Run`` sees a round as one attempt of the job (its retries start new rounds,
-§7.7); the round's own state machine, ``_core.HedgeRound`` (core/src/hedge.rs), decides when
-a hedge is due, which call won and when the round has failed or drained. This module only
-carries those decisions out: each call of the round is a task of its own, with its own
-timeout (clipped by the run's deadline), its own bulkhead permit (call 0 holds the attempt's),
-and its own events (each call is an attempt, numbered across the node's rounds). The round
+docs/contract.md#retry-loop); the round's own state machine, ``_core.HedgeRound``
+(core/src/hedge.rs), decides when a hedge is due, which call won and when the round has
+failed or drained. This module only carries those decisions out: each call of the round is a
+task of its own, with its own timeout (clipped by the run's deadline), its own bulkhead
+permit (call 0 holds the attempt's), and its own events (each call is an attempt, numbered across the node's rounds). The round
 hands the executor the winner's value, or call 0's exception when every call failed; the
 attempt's ``number`` is set to the call whose ending the executor reports.
 """
