@@ -5,9 +5,10 @@ docs/contract.md#retry-loop); the round's own state machine, ``_core.HedgeRound`
 (core/src/hedge.rs), decides when a hedge is due, which call won and when the round has
 failed or drained. This module only carries those decisions out: each call of the round is a
 task of its own, with its own timeout (clipped by the run's deadline), its own bulkhead
-permit (call 0 holds the attempt's), and its own events (each call is an attempt, numbered across the node's rounds). The round
-hands the executor the winner's value, or call 0's exception when every call failed; the
-attempt's ``number`` is set to the call whose ending the executor reports.
+permit (call 0 holds the attempt's), and its own events (each call is an attempt, numbered
+across the node's rounds). The round hands the executor the winner's value, or call 0's
+exception when every call failed; the attempt's ``number`` is set to the call whose ending
+the executor reports.
 """
 
 from __future__ import annotations
