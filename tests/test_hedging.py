@@ -580,3 +580,22 @@ async def fetch() -> int:
     events: list[RunEvent] = []
     assert await run(Driver(module).prepare(["fetch"]), events) == {"fetch": 1}
     assert kinds(events) == [("attempt_started", 1), ("attempt_succeeded", 1)]
+
+
+async def test_a_failed_rounds_error_keeps_no_call_or_task(make_module: Any) -> None:
+    from sdax_hamilton._executor.hedging import Member
+
+    module = make_module(FAILING.format(retries=0))
+    with pytest.raises(ExecutionError) as caught:
+        await run(Driver(module).prepare(["fetch"]))
+    leaf = caught.value.exceptions[0]
+    tb = leaf.__traceback__
+    seen = 0
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            assert not isinstance(value, asyncio.Task | Member), tb.tb_frame
+            if isinstance(value, list):
+                assert not any(isinstance(item, Member) for item in value), tb.tb_frame
+        seen += 1
+        tb = tb.tb_next
+    assert seen

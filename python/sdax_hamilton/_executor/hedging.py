@@ -125,7 +125,11 @@ class Hedger:
                 hedge.window.record(winner.ended - winner.started)
             return outcome[1]
         attempt.number = members[0].number
-        raise self._failure(job, members, completion[1])
+        error = self._failure(job, members, completion[1])
+        # The error's traceback holds this frame: not the attempt, the round's calls and
+        # their tasks.
+        del members, told, attempt
+        raise error
 
     async def _drive(
         self,
@@ -399,6 +403,9 @@ class Hedger:
         if timer is not None:
             member.timer = None
             timer.cancel()
+        # A failure's traceback holds this frame: not the call's member (its task), the
+        # hedger or the arguments.
+        del member, job, kwargs, self
 
     def _time_out(self, member: Member, job: Job, timeout: float) -> None:
         """A call's time is up (checked on both clocks, as ``timers.py`` does)."""
