@@ -599,3 +599,27 @@ async def test_a_failed_rounds_error_keeps_no_call_or_task(make_module: Any) -> 
         seen += 1
         tb = tb.tb_next
     assert seen
+
+
+async def test_span_observer_ends_a_span_per_call_of_a_round(make_module: Any) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from sdax_hamilton.contrib.opentelemetry import SpanObserver
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    module = slow_first(make_module)
+    module.GO.set()
+    plan = Driver(module).prepare(["fetch"])
+    observer = SpanObserver(provider.get_tracer("tests"))
+    await asyncio.wait_for(plan.execute(inputs={"key": "k"}, observer=observer), LIMIT)
+    calls = sorted(
+        (dict(span.attributes or {})["sdax_hamilton.attempt"], span.status.status_code.name)
+        for span in exporter.get_finished_spans()
+        if span.name == "fetch"
+    )
+    assert [number for number, _ in calls] == [1, 2]  # both calls' spans ended
