@@ -11,6 +11,7 @@ limit (a failure, never a timing assertion).
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -623,3 +624,22 @@ async def test_span_observer_ends_a_span_per_call_of_a_round(make_module: Any) -
         if span.name == "fetch"
     )
     assert [number for number, _ in calls] == [1, 2]  # both calls' spans ended
+
+
+async def test_the_timeline_draws_each_call_and_the_hedge(make_module: Any) -> None:
+    import xml.etree.ElementTree as ElementTree
+
+    module = slow_first(make_module)
+    module.GO.set()
+    report = RunReport()
+    plan = Driver(module).prepare(["downstream"])
+    await asyncio.wait_for(plan.execute(inputs={"key": "k"}, observer=report), LIMIT)
+    svg = report.to_svg()
+    titles = [
+        t.text or "" for t in ElementTree.fromstring(svg).iter("{http://www.w3.org/2000/svg}title")
+    ]
+    assert any(t.startswith("fetch: attempt 1 cancelled") for t in titles)
+    assert any(t.startswith("fetch: attempt 2 succeeded") for t in titles)
+    assert any(t.startswith("fetch: hedge started") for t in titles)
+    trace = json.dumps(report.to_chrome_trace())
+    assert "hedge started" in trace and trace.count('"outcome": "cancelled"') == 1

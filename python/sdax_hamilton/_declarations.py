@@ -164,13 +164,6 @@ class ExecutionDeclaration:
     """The extra calls a hedged round may start."""
 
 
-def _seconds(value: object) -> float | None:
-    """A checked ``hedge_after`` number, read by value (a subclass's methods never run)."""
-    if value is None:
-        return None
-    return float(cast("float", value))
-
-
 def _guards(
     bulkhead: object, breaker: object, fallback: object
 ) -> tuple[Bulkhead | None, CircuitBreaker | None, Fallback | None]:
@@ -271,8 +264,11 @@ def execution(
         max_delay=max_delay,
         retry_after=retry_after,
     )
-    # The core checks the numbers (src/hedge.rs); a ``Latency`` checked its own when made.
-    _core_check_hedging(None if isinstance(hedge_after, Latency) else hedge_after, hedges)
+    # The core checks the numbers (src/hedge.rs) and hands them back read by value; a
+    # ``Latency`` checked its own when made.
+    after, count = _core_check_hedging(
+        None if isinstance(hedge_after, Latency) else hedge_after, hedges
+    )
     guards = _guards(bulkhead, breaker, fallback)
     target = _targets(target_)
     declaration = ExecutionDeclaration(
@@ -280,8 +276,8 @@ def execution(
         target,
         *guards,
         in_thread=in_thread,
-        hedge_after=hedge_after if isinstance(hedge_after, Latency) else _seconds(hedge_after),
-        hedges=int(hedges),
+        hedge_after=hedge_after if isinstance(hedge_after, Latency) else after,
+        hedges=count,
     )
 
     def decorate(fn: _F) -> _F:
