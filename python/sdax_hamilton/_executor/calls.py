@@ -19,6 +19,7 @@ from .. import _core
 from .._declarations import Acquisition
 from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
 from .guards import Guards
+from .hedging import Hedger
 from .jobs import Job, JobTable
 from .record import FailureRecord
 from .reporter import Reporter
@@ -64,6 +65,7 @@ class Calls:
         "_arguments",
         "_clipped",
         "_guards",
+        "_hedger",
         "_jobs",
         "_loop",
         "_record",
@@ -110,6 +112,7 @@ class Calls:
         self.kwargs: list[dict[str, Any] | None] = [None] * n  # read at attempt 0, retries reuse
         self.timers = Timers(loop, self.table)  # attempt timeouts and retry waits
         self._guards: Guards | None = None  # the shared objects at work (``guards``)
+        self._hedger: Hedger | None = None  # hedged rounds (``hedger``)
         # The run's lookups and stores (``cache.py``), when the plan caches nodes.
         self.cache = None if jobs.cache is None else jobs.cache.run(self)
 
@@ -127,6 +130,13 @@ class Calls:
         if guards is None:
             guards = self._guards = Guards(self, self._loop)
         return guards
+
+    def hedger(self) -> Hedger:
+        """The run's hedged rounds (``hedging.py``), made on first use."""
+        hedger = self._hedger
+        if hedger is None:
+            hedger = self._hedger = Hedger(self, self._loop)
+        return hedger
 
     @property
     def guards_made(self) -> Guards | None:
@@ -245,6 +255,8 @@ class Calls:
             return True
         if not job.guarded:
             return False
+        if job.node.hedge is not None:
+            self.hedger().number(attempt)
         if self.guards().admit(attempt):  # else rejected, or waiting for a permit
             self.call(attempt, job, kwargs)
         return True
@@ -257,6 +269,9 @@ class Calls:
             self.report().guarded_attempt_started(
                 job.id, attempt.number + 1, self.was_clipped(job, attempt.number), wait, state
             )
+        if job.node.hedge is not None:
+            self.hedger().begin(attempt, kwargs)  # the call is a hedged round
+            return
         try:
             result = job.node.call(**kwargs)
         except BaseException as exc:

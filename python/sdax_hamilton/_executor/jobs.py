@@ -43,9 +43,10 @@ class Job:
     release: ReleaseRuntime | None
     """For a release job: the release it calls (``None`` for a node that owns nothing)."""
     guarded: bool = False
-    """A forward job naming a bulkhead or a breaker: its attempts are admitted before the
-    call, by ``guards.Guards`` or (a lone first attempt admitted at once) by the core's
-    ``Run`` (src/carry.rs)."""
+    """A forward job naming a bulkhead, a breaker or hedging: its attempts are admitted
+    before the call, by ``guards.Guards`` or (a lone first attempt of a node without
+    hedging, admitted at once) by the core's ``Run`` (src/carry.rs); a hedged one's call
+    is a round (``hedging.py``)."""
 
 
 class JobTable(tuple[Job, ...]):
@@ -93,7 +94,7 @@ class JobTable(tuple[Job, ...]):
                 node.retryable,
                 node.retry_after,
                 None,
-                node.bulkhead is not None or node.breaker is not None,
+                node.bulkhead is not None or node.breaker is not None or node.hedge is not None,
             )
             for i, node in enumerate(nodes)
         ]
