@@ -26,7 +26,7 @@ use pyo3::prelude::*;
 
 use carry::PyCarrier;
 use graph::{PyGraph, PyPlan};
-use hedge::PyHedgeRound;
+use hedge::{check_hedging, PyHedgeRound};
 use inputs::InputTable;
 use latency::{PyLatency, PyLatencyWindow};
 use policy::{_make_policy, is_number, run_budget, PyPolicy};
@@ -59,6 +59,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CARRIED_SUSPENDED", carry::SUSPENDED)?;
     m.add("CARRIED_AWAITABLE", carry::AWAITABLE)?;
     m.add("CARRIED_REJECTED", carry::REJECTED)?;
+    m.add("CARRIED_BREAKER", carry::CARRIED_BREAKER)?;
     m.add_class::<PyPolicy>()?;
     m.add_class::<PyGraph>()?;
     m.add_class::<PyPlan>()?;
@@ -76,8 +77,11 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLatencyWindow>()?;
     m.add_class::<PyHedgeRound>()?;
     m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(check_hedging, m)?)?;
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
     m.add_function(wrap_pyfunction!(is_number, m)?)?;
     m.add_function(wrap_pyfunction!(step::has_room, m)?)?;
+    m.add_function(wrap_pyfunction!(shared::py_admit_at_once, m)?)?;
+    m.add_function(wrap_pyfunction!(shared::py_end_unprobed, m)?)?;
     Ok(())
 }

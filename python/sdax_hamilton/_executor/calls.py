@@ -21,6 +21,7 @@ from .._declarations import Acquisition
 from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
 from .fanout import RunJobs, Sources
 from .guards import Guards
+from .hedging import Hedger
 from .jobs import Job, JobTable
 from .record import FailureRecord
 from .reporter import Reporter
@@ -43,6 +44,7 @@ _CARRIED_RAISED: Final = _core.CARRIED_RAISED
 _CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
 _CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
 _CARRIED_REJECTED: Final = _core.CARRIED_REJECTED
+_CARRIED_BREAKER: Final = _core.CARRIED_BREAKER
 _RETURNED: Final = EventKind.RETURNED
 _RAISED: Final = EventKind.RAISED
 _UNSTARTED: Final = EventKind.UNSTARTED
@@ -66,6 +68,7 @@ class Calls:
         "_arguments",
         "_clipped",
         "_guards",
+        "_hedger",
         "_jobs",
         "_loop",
         "_record",
@@ -113,6 +116,7 @@ class Calls:
         self.kwargs: list[dict[str, Any] | None] = [None] * n  # read at attempt 0, retries reuse
         self.timers = Timers(loop, self.table)  # attempt timeouts and retry waits
         self._guards: Guards | None = None  # the shared objects at work (``guards``)
+        self._hedger: Hedger | None = None  # hedged rounds (``hedger``)
         # The run's lookups and stores (``cache.py``), when the plan caches nodes.
         self.cache = None if jobs.cache is None else jobs.cache.run(self)
         # The run's fan-out sources (``fanout.py``); ``None``: the plan has none.
@@ -148,6 +152,13 @@ class Calls:
         if guards is None:
             guards = self._guards = Guards(self, self._loop)
         return guards
+
+    def hedger(self) -> Hedger:
+        """The run's hedged rounds (``hedging.py``), made on first use."""
+        hedger = self._hedger
+        if hedger is None:
+            hedger = self._hedger = Hedger(self, self._loop)
+        return hedger
 
     @property
     def guards_made(self) -> Guards | None:
@@ -200,10 +211,16 @@ class Calls:
                 self.table.post((_EXPIRED, self._jobs[job], attempt))
             elif op == _NO_ROOM or op == _BAD_HINT or op == _NO_BUDGET or op == _FALLBACK:
                 pass  # why a failure is final, or a fallback: read by ``Outcomes``
-            elif self.fans is not None and op in _FAN_OPS:
-                self.fans.execute(op, job, attempt)
-            else:  # pragma: no cover - contract violation by the core
-                raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
+            elif op == _CARRIED_BREAKER:
+                self.guards().carried_transition(job, arg)
+            else:
+                self._fan_command(op, job, attempt)
+
+    def _fan_command(self, op: int, job: int, attempt: int) -> None:
+        """A fan-out's DRAW, CLOSE or STOP_DRAW (``fanout.Sources``)."""
+        if self.fans is None or op not in _FAN_OPS:  # pragma: no cover - the core's contract
+            raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
+        self.fans.execute(op, job, attempt)
 
     def was_clipped(self, job: Job, attempt_number: int) -> bool:
         """Whether that forward attempt's START was clipped to the run's deadline."""
@@ -266,6 +283,8 @@ class Calls:
             return True
         if not job.guarded:
             return False
+        if job.node.hedge is not None:
+            self.hedger().number(attempt)
         if self.guards().admit(attempt):  # else rejected, or waiting for a permit
             self.call(attempt, job, kwargs)
         return True
@@ -278,6 +297,9 @@ class Calls:
             self.report().guarded_attempt_started(
                 job.id, attempt.number + 1, self.was_clipped(job, attempt.number), wait, state
             )
+        if job.node.hedge is not None:
+            self.hedger().begin(attempt, kwargs)  # the call is a hedged round
+            return
         try:
             result = job.node.call(**kwargs)
         except BaseException as exc:
@@ -324,6 +346,8 @@ class Calls:
             return
         if job.forward:
             self.kwargs[job.id] = hand.kwargs  # read by its retries
+            if hand.admitted:  # by its bulkhead and breaker: ended as the driver's are
+                self.guards().carried(attempt)
             if job.node.release is not None and self._acquisitions[job.id] is None:
                 self._acquisitions[job.id] = Acquisition()
         else:

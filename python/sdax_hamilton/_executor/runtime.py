@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from .. import _core
 from .._declarations import Acquisition
+from .._latency import Hedging
 from .._resilience import Bulkhead, CircuitBreaker
 from .._types import split_check
 
@@ -62,12 +63,17 @@ class NodeRuntime:
     """The shared circuit breaker that admits its attempts and records their outcomes."""
     fallback: Callable[[BaseException], Any] | None = None
     """Its value once it has failed for good, unless the run is stopping."""
+    hedge: Hedging | None = None
+    """Its hedged rounds (``hedging.py``), when ``execution(hedge_after=)`` names them."""
 
 
 def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
     """What a plan's runs need to carry out their lone STARTs inside the core's ``Run``
     (src/carry.rs; docs/internals.md, "How the driver carries out STARTs"): each node's
-    call, arguments, checks and release, as the driver would use them."""
+    call, arguments, checks and release, as the driver would use them. A node's bulkhead
+    and breaker admit its carried attempts as the driver's (``guards.py``)."""
+    from .guards import wake  # guards.py imports this module's users
+
     return _core.Carrier(
         [
             _core.CarriedNode(
@@ -80,7 +86,9 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
                 output_type=node.output_type,
                 owned=node.release is not None,
                 positional=not node.defaults and _takes_positionally(node.call, node.args),
-                declined=node.bulkhead is not None or node.breaker is not None,
+                declined=node.hedge is not None,
+                bulkhead=None if node.bulkhead is None else node.bulkhead._core,
+                breaker=None if node.breaker is None else node.breaker._core,
             )
             for node in nodes
         ],
@@ -89,6 +97,7 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
         inspect.isawaitable,
         types.CoroutineType,
         time.monotonic,
+        wake=wake,
     )
 
 
