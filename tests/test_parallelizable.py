@@ -923,3 +923,36 @@ async def test_a_breaker_opened_by_earlier_items_rejects_later_ones(make_module:
     assert mod.CALLED == [0, 1]
     rejected = [e.node for e in events if e.kind == "circuit_rejected"]
     assert rejected == ["lookup[2]", "lookup[3]"]
+
+
+HEDGED = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+CALLS = {}
+SLOW = asyncio.Event()  # never set: the first call of item 1 stays slow
+
+@execution(max_concurrency=3)
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+@execution(hedge_after=0.01, hedges=1)
+async def answer(items: int) -> int:
+    CALLS[items] = CALLS.get(items, 0) + 1
+    if items == 1 and CALLS[items] == 1:
+        await SLOW.wait()
+    return items * 7
+
+def answers(answer: Collect[int]) -> list[int]:
+    return list(answer)
+"""
+
+
+async def test_hedging_applies_per_item(make_module: Any) -> None:
+    mod = make_module(HEDGED)
+    events: list[RunEvent] = []
+    result = await Driver(mod).prepare(["answers"]).execute(inputs={"n": 4}, observer=events.append)
+    assert result == {"answers": [0, 7, 14, 21]}
+    assert [e.node for e in events if e.kind == "hedge_started"] == ["answer[1]"]
+    assert mod.CALLS == {0: 1, 1: 2, 2: 1, 3: 1}
