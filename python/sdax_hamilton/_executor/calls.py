@@ -18,6 +18,7 @@ from typing import Any, Final
 from .. import _core
 from .._declarations import Acquisition
 from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
+from .cache import CacheRun
 from .guards import Guards
 from .jobs import Job, JobTable
 from .record import FailureRecord
@@ -110,7 +111,7 @@ class Calls:
         self.timers = Timers(loop, self.table)  # attempt timeouts and retry waits
         self._guards: Guards | None = None  # the shared objects at work (``guards``)
         # The run's lookups and stores (``cache.py``), when the plan caches nodes.
-        self.cache = None if jobs.cache is None else jobs.cache.run(self)
+        self.cache = None if jobs.cache is None else CacheRun(jobs.cache, self, loop)
 
     def report(self) -> Reporter:
         """The run's reporter: the run's own (``reporter``, when it has observers), else

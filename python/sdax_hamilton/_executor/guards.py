@@ -17,17 +17,48 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, cast
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol, cast
 
+from .. import _core
 from .._failures import add_note_once
 from .._resilience import Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen
 from .._types import checker, invalid_output
-from .attempts import Attempt, AttemptState, EventKind
+from .attempts import Attempt, AttemptState, AttemptTable, EventKind
+from .jobs import Job, JobTable
+from .reporter import Reporter
 
-if TYPE_CHECKING:
-    from .calls import Calls
-    from .outcomes import Outcomes
+
+class RunCalls(Protocol):
+    """What the guards use of the run's ``calls.Calls``, which holds them (a protocol:
+    neither module imports the other's, the package's imports have no cycle)."""
+
+    @property
+    def table(self) -> AttemptTable: ...
+    @property
+    def kwargs(self) -> list[dict[str, Any] | None]: ...
+    @property
+    def run(self) -> _core.Run: ...
+    @property
+    def jobs(self) -> JobTable: ...
+    @property
+    def clipped(self) -> list[int] | None: ...
+    @property
+    def watching(self) -> bool: ...
+    def report(self) -> Reporter: ...
+    def was_clipped(self, job: Job, attempt_number: int) -> bool: ...
+    def execute(self, commands: Sequence[_core.Command]) -> None: ...
+    def call(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None: ...
+    def returned(self, attempt: Attempt, result: Any) -> None: ...
+
+
+class FallbackOutcomes(Protocol):
+    """How a fallback's ending reaches the run's ``outcomes.Outcomes`` (a protocol, as
+    ``RunCalls``)."""
+
+    def fallback_used(self, attempt: Attempt, value: Any, original: BaseException) -> None: ...
+    def fallback_failed(self, attempt: Attempt, error: BaseException) -> None: ...
+
 
 logger = logging.getLogger("sdax_hamilton")
 
@@ -91,10 +122,10 @@ class Guards:
 
     __slots__ = ("_calls", "_loop", "held", "rejections", "waited")
 
-    def __init__(self, calls: Calls, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, calls: RunCalls, loop: asyncio.AbstractEventLoop) -> None:
         # A proxy: the run's ``Calls`` holds its guards, which must not hold it back (a
         # run leaves no reference cycle, tests/test_driver_memory.py).
-        self._calls: Calls = cast("Calls", weakref.proxy(calls))
+        self._calls: RunCalls = cast("RunCalls", weakref.proxy(calls))
         self._loop = loop
         self.held: dict[Attempt, Held] = {}
         self.waited: dict[int, float] = {}  # job -> seconds spent waiting for permits
@@ -361,7 +392,9 @@ class Guards:
 
     # ------------------------------------------------------------------ fallback
 
-    def fall_back(self, attempt: Attempt, original: BaseException, outcomes: Outcomes) -> None:
+    def fall_back(
+        self, attempt: Attempt, original: BaseException, outcomes: FallbackOutcomes
+    ) -> None:
         """The core said FALLBACK: call the node's fallback once with its failure."""
         job = attempt.job
         fallback = job.node.fallback
@@ -402,7 +435,7 @@ class Guards:
             table.post((_FELL_BACK, running, (False, value, original)))
 
     def fell_back(
-        self, running: Attempt, outcome: tuple[bool, Any, BaseException], outcomes: Outcomes
+        self, running: Attempt, outcome: tuple[bool, Any, BaseException], outcomes: FallbackOutcomes
     ) -> None:
         """An async fallback ended (``(raised, value or error, original failure)``)."""
         self._calls.table.end(running)
@@ -417,7 +450,7 @@ class Guards:
             self.fallback_returned(running, original, payload, outcomes)
 
     def fallback_returned(
-        self, attempt: Attempt, original: BaseException, value: Any, outcomes: Outcomes
+        self, attempt: Attempt, original: BaseException, value: Any, outcomes: FallbackOutcomes
     ) -> None:
         node = attempt.job.node
         check = checker(node.output_type)
@@ -434,7 +467,11 @@ class Guards:
         outcomes.fallback_used(attempt, value, original)
 
     def fallback_failed(
-        self, attempt: Attempt, original: BaseException, error: BaseException, outcomes: Outcomes
+        self,
+        attempt: Attempt,
+        original: BaseException,
+        error: BaseException,
+        outcomes: FallbackOutcomes,
     ) -> None:
         """The fallback raised ``error`` (or its value failed the check): the node fails
         with it, the original failure as its cause."""

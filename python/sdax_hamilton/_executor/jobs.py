@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Self
+from typing import Any, Self
 
 from .. import _core
+from .._hamilton.caching import Cache, NodeCache
 from .._resilience import RetryBudget
 from .runtime import NodeRuntime, ReleaseRuntime, carrier_of
-
-if TYPE_CHECKING:
-    from .cache import PlanCache
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -47,6 +45,23 @@ class Job:
     ``guards.Guards`` before the call."""
 
 
+class PlanCache:
+    """A plan's caching: the Driver's cache and each active node's decision."""
+
+    __slots__ = ("cache", "nodes", "replays")
+
+    def __init__(
+        self,
+        cache: Cache,
+        nodes: Sequence[NodeCache | None],
+        replays: Sequence[Callable[[Any, dict[str, Any]], Any] | None],
+    ) -> None:
+        self.cache = cache
+        self.nodes = tuple(nodes)  # per forward job; None: not cached
+        # Per forward job: the lifecycle adapters' node hooks around a hit, if any.
+        self.replays = tuple(replays)
+
+
 class JobTable(tuple[Job, ...]):
     """Every job of one plan, indexed by the core's job id (a tuple: ``jobs[job]``), with
     the plan's node runtimes and carrier.
@@ -66,7 +81,8 @@ class JobTable(tuple[Job, ...]):
     serves the driver's own STARTs too (``Carrier.arguments``), so both paths pass the same
     arguments (tests/test_driver_carrier.py). ``carrier`` itself when there is one."""
     cache: PlanCache | None
-    """The plan's caching (``Driver(..., cache=)``, ``cache.py``); ``None``: none."""
+    """The plan's caching (``Driver(..., cache=)``; a run's side: ``cache.CacheRun``);
+    ``None``: none."""
 
     shared: tuple[RetryBudget | None, list[int] | None] | None
     """What runs of this plan hand the core's ``Run`` (docs/resilience.md): the Driver's
