@@ -16,7 +16,8 @@ docs/internals.md follows one ``execute()`` through these modules:
 * ``guards``: bulkheads and circuit breakers admitting attempts, fallbacks (docs/resilience.md);
 * ``verdicts``: what an attempt's ending means, and the notes it is written with (pure);
 * ``record``: the primary/secondary failure record (pure);
-* ``reporter``: logs and observers, behind one object.
+* ``reporter``: logs and observers, behind one object;
+* ``observers``: a run's observers called with each event, their exceptions kept out of the run.
 """
 
 from .context import INSTANT_RETRIES, JITTER_SEED, NEVER_ENTERED, HeldRun, RunContext, open_run
