@@ -92,6 +92,24 @@ def open_run(
     return RunContext(plan, jobs, values, outputs, seed, observers, INSTANT_RETRIES.get(), timeout)
 
 
+def core_run(plan: _core.Plan, jobs: JobTable, seed: int | None, instant: bool) -> _core.Run:
+    """The core's ``Run`` of one run of ``plan``: seeded, with the test mode's instant
+    retries, and with what the plan's runs share (``JobTable.shared``: the Driver's retry
+    budget, the forward jobs with a fallback; docs/resilience.md)."""
+    shared = jobs.shared
+    if shared is not None:
+        return _core.Run(
+            plan,
+            seed,
+            instant_retries=instant,
+            retry_budget=None if shared[0] is None else shared[0]._core,
+            fallbacks=shared[1],
+        )
+    if instant:
+        return _core.Run(plan, seed, instant_retries=True)
+    return _core.Run(plan, seed)
+
+
 class RunContext:
     """One run; the async context manager returned by :func:`open_run`."""
 
@@ -273,19 +291,7 @@ class RunContext:
         n = jobs.forward_count
         if len(self._plan) != n:
             raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
-        shared = jobs.shared
-        if shared is not None:  # a retry budget, fallbacks (docs/resilience.md)
-            self._run = _core.Run(
-                self._plan,
-                self._seed,
-                instant_retries=self._instant,
-                retry_budget=None if shared[0] is None else shared[0]._core,
-                fallbacks=shared[1],
-            )
-        elif self._instant:
-            self._run = _core.Run(self._plan, self._seed, instant_retries=True)
-        else:
-            self._run = _core.Run(self._plan, self._seed)
+        self._run = core_run(self._plan, jobs, self._seed, self._instant)
         loop = self._loop = _running_loop()
         if current_task(loop) is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
