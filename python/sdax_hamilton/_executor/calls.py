@@ -91,7 +91,7 @@ class Calls:
         clipped: list[int] | None,
         watch: bool,
         reporter: Reporter | None,
-        record: FailureRecord,
+        record: FailureRecord | None,
         run_id: str | None,
     ) -> None:
         self._jobs = jobs
@@ -104,11 +104,11 @@ class Calls:
         self._clipped = clipped  # per forward job: the attempt whose START was clipped
         self._watch = watch  # someone wants to hear about every attempt
         self._reporter = reporter
-        self._record = record
+        self._record = record  # the run's failure record, made when something first fails
         self.table = AttemptTable(len(jobs))
         n = jobs.forward_count
         self.kwargs: list[dict[str, Any] | None] = [None] * n  # read at attempt 0, retries reuse
-        self.timers = Timers(loop, self.table)  # attempt timeouts and retry waits
+        self.timers: Timers | None = None  # attempt timeouts and retry waits, when first used
         self._guards: Guards | None = None  # the shared objects at work (``guards``)
         # The run's lookups and stores (``cache.py``), when the plan caches nodes.
         self.cache = None if jobs.cache is None else CacheRun(jobs.cache, self, loop)
@@ -120,6 +120,30 @@ class Calls:
         if reporter is None:
             reporter = self._reporter = Reporter(self._jobs, None, self._loop, None, self._run_id)
         return reporter
+
+    def failures(self) -> FailureRecord:
+        """The run's failure record, made when something first fails (``RunContext`` takes
+        it from here: ``record``)."""
+        record = self._record
+        if record is None:
+            record = self._record = FailureRecord()
+        return record
+
+    @property
+    def record(self) -> FailureRecord | None:
+        return self._record
+
+    def _timers(self) -> Timers:
+        """The run's timers, made when a timeout or a retry wait is first armed."""
+        timers = self.timers
+        if timers is None:
+            timers = self.timers = Timers(self._loop, self.table)
+        return timers
+
+    def stop_inline(self) -> None:
+        """The phase's task ends: the inline attempts' timer goes with it."""
+        if self.timers is not None:
+            self.timers.stop_inline()
 
     def guards(self) -> Guards:
         """The run's side of its bulkheads, breakers and fallbacks, made on first use."""
@@ -159,7 +183,7 @@ class Calls:
             elif op == _CARRIED:
                 self._carried(self._jobs[job], attempt, arg)
             elif op == _SLEEP:
-                self.timers.sleep(job, arg or 0.0)
+                self._timers().sleep(job, arg or 0.0)
             elif op == _CANCEL:
                 self._cancel(job)
             elif op == _STOP_SLEEP:
@@ -308,7 +332,7 @@ class Calls:
             if before is not None and self.task.cancelling() > before:
                 # The release's coroutine cancelled its own task, as an inline release is
                 # seen to: never the caller, whose cancellations land on its own wait.
-                self._record.caller_cancelled(asyncio.CancelledError(), True)
+                self.failures().caller_cancelled(asyncio.CancelledError(), True)
         how = hand.how
         if how == _CARRIED_RAISED:
             table.post((_RAISED, attempt, hand.payload))
@@ -386,7 +410,7 @@ class Calls:
             attempt.task = loop.create_task(self._attempt_task(attempt))
             timeout = attempt.timeout
             if timeout is not None:
-                self.timers.arm(attempt, timeout, self.time_out)
+                self._timers().arm(attempt, timeout, self.time_out)
         table.fresh.clear()
 
     async def _attempt_task(self, attempt: Attempt) -> None:
@@ -413,18 +437,20 @@ class Calls:
         task = self.task
         attempt.baseline = task.cancelling()
         timeout = attempt.timeout
-        timers = self.timers
         if timeout is not None:
-            timers.arm_inline(attempt, timeout, task, self.time_out)
+            self._timers().arm_inline(attempt, timeout, task, self.time_out)
+        timers = self.timers  # ``None``: no attempt of the run had a timeout yet
         try:
             value = await attempt.aw
         except BaseException as exc:
-            timers.inline = None
+            if timers is not None:
+                timers.inline = None
             if attempt.state is _TIMED_OUT:
                 task.uncancel()
             del task  # exc's traceback holds this frame: not the phase's task
             return True, exc
-        timers.inline = None
+        if timers is not None:
+            timers.inline = None
         if attempt.state is _TIMED_OUT:  # identity: the enum member itself
             task.uncancel()
         return False, value

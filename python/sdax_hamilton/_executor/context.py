@@ -185,10 +185,12 @@ class RunContext:
     # ----------------------------------------------------------------- parts
 
     def _failures(self) -> FailureRecord:
-        """The run's failure record (``_record is None`` while nothing failed)."""
+        """The run's failure record (``_record is None`` while nothing failed); once the
+        parts exist, theirs (``Calls.failures``: one record per run)."""
         record = self._record
         if record is None:
-            record = self._record = FailureRecord()
+            calls = self._calls
+            record = self._record = FailureRecord() if calls is None else calls.failures()
         return record
 
     def _report(self) -> Reporter:
@@ -211,16 +213,16 @@ class RunContext:
         parts make one when needed); returns ``_calls``."""
         calls = self._calls
         if calls is None:
-            reporter, record = self._reporter, self._failures()
+            reporter = self._reporter
             run, loop, values = self._run, self._loop, self._values
             acquisitions = self._acquisitions
             calls = self._calls = Calls(
                 self._jobs, run, loop, values, acquisitions, self._clipped, self._watch,
-                reporter, record, self._run_id,
+                reporter, self._record, self._run_id,
             )  # fmt: skip
             self._outcomes = Outcomes(
                 calls, run, loop, values, acquisitions, self._deadline is not None,
-                self._watch, reporter, record,
+                self._watch, reporter,
             )  # fmt: skip
         return calls
 
@@ -368,10 +370,12 @@ class RunContext:
             self._reporter.close()
 
     def _dispose(self) -> None:
-        if self._record is not None:
-            self._record.clear()  # the parts share it
-        if self._calls is not None:
-            self._calls.table.events.clear()
+        calls = self._calls
+        record = self._record if calls is None else calls.record  # the parts share it
+        if record is not None:
+            record.clear()
+        if calls is not None:
+            calls.table.events.clear()
         self._internal = None
 
     def _outcome_or_internal(self) -> BaseException:
@@ -440,9 +444,13 @@ class RunContext:
             raise
 
     def _phase_ended(self) -> None:
-        """The phase is over: drop it, and raise the coordinator's internal failure."""
+        """The phase is over: drop it, take the record of what failed in it (the parts
+        make it: ``Calls.failures``), and raise the coordinator's internal failure."""
         self._phase_done = None
         self._phase_task = None  # finished: an open() body does not keep it alive
+        calls = self._calls
+        if calls is not None and self._record is None:
+            self._record = calls.record
         internal = self._internal
         if internal is not None:
             # run_finished was emitted when the coordinator gave up
@@ -503,7 +511,8 @@ class RunContext:
         if stage is _STARTING or task is None or task.done():
             return  # not begun: the coordinator sees the request and starts nothing
         calls = self._calls
-        attempt = calls.timers.inline if calls is not None else None
+        timers = calls.timers if calls is not None else None
+        attempt = timers.inline if timers is not None else None
         if attempt is not None and attempt.timed_out:
             return  # already cancelled once, by its timeout: aborted once it has drained
         task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline

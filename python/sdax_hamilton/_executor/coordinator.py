@@ -162,7 +162,7 @@ def _phase_task_ends(ctx: PhaseOwner, carrying: bool) -> None:
     the task."""
     calls = ctx._calls
     if calls is not None:
-        calls.timers.stop_inline()
+        calls.stop_inline()
         # The run outlives its phase's task wherever a failure's traceback keeps its
         # frames: it does not keep the task (and what the task holds) alive with it.
         try:
@@ -392,7 +392,7 @@ def abandon(ctx: PhaseOwner, exc: BaseException) -> None:
     for handle in calls.table.sleeps:
         if handle is not None:
             handle.cancel()
-    calls.timers.stop_inline()
+    calls.stop_inline()
     guards = calls.guards_made
     if guards is not None:
         guards.abandon()  # permits and places in a queue are shared: none may leak
@@ -422,7 +422,7 @@ def _stop_everything(ctx: PhaseOwner, calls: Calls) -> list[Job]:
             handle.cancel()
     table.sleeps = [None] * len(table.sleeps)
     table.sleeping = 0
-    calls.timers.stop_inline()
+    calls.stop_inline()
     return [attempt.job for attempt in live]
 
 

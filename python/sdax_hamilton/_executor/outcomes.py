@@ -20,7 +20,6 @@ from .attempts import Attempt, AttemptState, Event, EventKind
 from .cache import MISSED, CacheRun
 from .calls import Calls
 from .failures import Failures
-from .record import FailureRecord
 from .reporter import Reporter
 
 _CoroutineType: Final = types.CoroutineType
@@ -48,7 +47,6 @@ class Outcomes:
         "_execute",
         "_failures",
         "_loop",
-        "_record",
         "_reporter",
         "_run",
         "_table",
@@ -67,7 +65,6 @@ class Outcomes:
         timed: bool,
         watch: bool,
         reporter: Reporter | None,
-        record: FailureRecord,
     ) -> None:
         self._calls = calls
         self._cache = calls.cache  # the run's lookups and stores (``cache.py``), if any
@@ -80,7 +77,6 @@ class Outcomes:
         self._timed = timed  # the run has a deadline: the core is told the time first
         self._watch = watch
         self._reporter = reporter
-        self._record = record
         self._failures: Failures | None = None
 
     def _report(self) -> Reporter:
@@ -95,7 +91,7 @@ class Outcomes:
         if failures is None:
             failures = self._failures = Failures(
                 self._calls, self._run, self._loop, self._values, self._acquisitions,
-                self._timed, self._record,
+                self._timed, self._calls.failures(),
             )  # fmt: skip
         return failures
 
