@@ -66,7 +66,6 @@ class Calls:
         "_guards",
         "_jobs",
         "_loop",
-        "_record",
         "_reporter",
         "_run",
         "_run_id",
@@ -74,6 +73,7 @@ class Calls:
         "_watch",
         "cache",
         "kwargs",
+        "record",
         "table",
         "task",
         "timers",
@@ -104,7 +104,7 @@ class Calls:
         self._clipped = clipped  # per forward job: the attempt whose START was clipped
         self._watch = watch  # someone wants to hear about every attempt
         self._reporter = reporter
-        self._record = record  # the run's failure record, made when something first fails
+        self.record = record  # the run's failure record, made when something first fails
         self.table = AttemptTable(len(jobs))
         n = jobs.forward_count
         self.kwargs: list[dict[str, Any] | None] = [None] * n  # read at attempt 0, retries reuse
@@ -114,34 +114,28 @@ class Calls:
         self.cache = None if jobs.cache is None else CacheRun(jobs.cache, self, loop)
 
     def report(self) -> Reporter:
-        """The run's reporter: the run's own (``reporter``, when it has observers), else
-        one made on first use (nobody to tell but the log)."""
+        """The run's reporter: its own (observers), else one made on first use (the log's)."""
         reporter = self._reporter
         if reporter is None:
             reporter = self._reporter = Reporter(self._jobs, None, self._loop, None, self._run_id)
         return reporter
 
     def failures(self) -> FailureRecord:
-        """The run's failure record, made when something first fails (``RunContext`` takes
-        it from here: ``record``)."""
-        record = self._record
+        """The run's failure record (``record``), made when something first fails."""
+        record = self.record
         if record is None:
-            record = self._record = FailureRecord()
+            record = self.record = FailureRecord()
         return record
 
-    @property
-    def record(self) -> FailureRecord | None:
-        return self._record
-
     def _timers(self) -> Timers:
-        """The run's timers, made when a timeout or a retry wait is first armed."""
+        """The run's timers (``timers``), made when one is first armed."""
         timers = self.timers
         if timers is None:
             timers = self.timers = Timers(self._loop, self.table)
         return timers
 
     def stop_inline(self) -> None:
-        """The phase's task ends: the inline attempts' timer goes with it."""
+        """The phase's task ends: so does the inline attempts' timer, if any."""
         if self.timers is not None:
             self.timers.stop_inline()
 
@@ -187,12 +181,8 @@ class Calls:
             elif op == _CANCEL:
                 self._cancel(job)
             elif op == _STOP_SLEEP:
-                table = self.table
-                handle = table.sleeps[job]
-                if handle is not None:
-                    table.sleeps[job] = None
-                    table.sleeping -= 1
-                    handle.cancel()
+                if self.timers is not None:  # else no wait was ever armed
+                    self.timers.stop_sleep(job)
                 self.report().retry_cancelled(job, self._run.attempts(job))
             elif op == _START_CLIPPED:
                 clipped = self._clipped

@@ -185,8 +185,7 @@ class RunContext:
     # ----------------------------------------------------------------- parts
 
     def _failures(self) -> FailureRecord:
-        """The run's failure record (``_record is None`` while nothing failed); once the
-        parts exist, theirs (``Calls.failures``: one record per run)."""
+        """The run's failure record, shared with its parts (``Calls.failures``)."""
         record = self._record
         if record is None:
             calls = self._calls
@@ -213,8 +212,7 @@ class RunContext:
         parts make one when needed); returns ``_calls``."""
         calls = self._calls
         if calls is None:
-            reporter = self._reporter
-            run, loop, values = self._run, self._loop, self._values
+            reporter, run, loop, values = self._reporter, self._run, self._loop, self._values
             acquisitions = self._acquisitions
             calls = self._calls = Calls(
                 self._jobs, run, loop, values, acquisitions, self._clipped, self._watch,
@@ -370,12 +368,10 @@ class RunContext:
             self._reporter.close()
 
     def _dispose(self) -> None:
-        calls = self._calls
-        record = self._record if calls is None else calls.record  # the parts share it
-        if record is not None:
-            record.clear()
-        if calls is not None:
-            calls.table.events.clear()
+        if self._record is not None:
+            self._record.clear()  # the parts share it
+        if self._calls is not None:
+            self._calls.table.events.clear()
         self._internal = None
 
     def _outcome_or_internal(self) -> BaseException:
@@ -444,8 +440,7 @@ class RunContext:
             raise
 
     def _phase_ended(self) -> None:
-        """The phase is over: drop it, take the record of what failed in it (the parts
-        make it: ``Calls.failures``), and raise the coordinator's internal failure."""
+        """The phase is over: drop it, take the parts' failure record, raise an internal one."""
         self._phase_done = None
         self._phase_task = None  # finished: an open() body does not keep it alive
         calls = self._calls
@@ -511,8 +506,7 @@ class RunContext:
         if stage is _STARTING or task is None or task.done():
             return  # not begun: the coordinator sees the request and starts nothing
         calls = self._calls
-        timers = calls.timers if calls is not None else None
-        attempt = timers.inline if timers is not None else None
+        attempt = calls.timers.inline if calls is not None and calls.timers is not None else None
         if attempt is not None and attempt.timed_out:
             return  # already cancelled once, by its timeout: aborted once it has drained
         task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline
