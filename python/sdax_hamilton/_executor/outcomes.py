@@ -126,46 +126,54 @@ class Outcomes:
 
     def returned(self, attempt: Attempt, value: Any) -> None:
         job = attempt.job
+        job_id = attempt.id
         running = self._table.running
-        if running[job.id] is attempt and attempt.timer is None and not job.guarded:
-            running[job.id] = attempt.next  # ``AttemptTable.end``, for the common case
+        if running[job_id] is attempt and attempt.timer is None and not job.guarded:
+            running[job_id] = attempt.next  # ``AttemptTable.end``, for the common case
         else:
             self._returned_end(attempt)
-        run = self._run
         if job.forward:
             node = job.node
             if node.release is not None:
-                self._acquisitions[job.id] = Acquisition(value, node.output_type)
+                self._acquisitions[job_id] = Acquisition(value, node.output_type)
             # ``is not _RUNNING`` first: the common case costs one identity test.
             state = attempt.state
             if state is not _RUNNING and state >= _CANCELLED:
-                self._report().attempt_cancelled(job.id, attempt.number + 1)
-                self._execute(run.drained(job.id))
+                self._report().attempt_cancelled(job_id, attempt.number + 1)
+                self._execute(self._run.drained(job_id))
                 return
             cache = self._cache
             if cache is not None and self._looked_up(cache, attempt, value):
                 return
             if self._watch:
-                self._report().attempt_returned(job.id, attempt.number + 1, attempt.timed_out)
+                self._report().attempt_returned(job_id, attempt.number + 1, attempt.timed_out)
             check = node.output_check
             if check is not None and not self._output_ok(attempt, check, value):
                 return
             self._values[node.name] = value
             if cache is not None and cache.store(attempt, value):
                 return  # done when the store is over (``_STORED``)
-            self._succeeded(attempt)
+            # ``_succeeded``, inlined: every node the driver calls passes here.
+            self._calls.kwargs[job_id] = None
+            if self._watch:
+                self._report().attempt_succeeded(job_id, attempt.number + 1)
+            self._execute(self._run.succeeded(job_id))
             return
+        self._release_returned(attempt, value)
+
+    def _release_returned(self, attempt: Attempt, value: Any) -> None:
+        """A release's attempt returned ``value``: done if it is ``None``."""
+        job_id = attempt.id
         if attempt.state >= _CANCELLED:  # pragma: no cover - the core never cancels releases
-            self._execute(run.drained(job.id))
+            self._execute(self._run.drained(job_id))
             return
         if value is not None:
-            self._failing().fail(
-                attempt, TypeError(f"Shutdown must return None: {job.name}"), False
-            )
+            error = TypeError(f"Shutdown must return None: {attempt.job.name}")
+            self._failing().fail(attempt, error, False)
             return
         if self._watch:
-            self._report().attempt_succeeded(job.id, attempt.number + 1)
-        self._execute(run.succeeded(job.id))
+            self._report().attempt_succeeded(job_id, attempt.number + 1)
+        self._execute(self._run.succeeded(job_id))
 
     def _returned_end(self, attempt: Attempt) -> None:
         """A returned attempt leaves the table; a guarded one gives its permit back and
