@@ -1,5 +1,5 @@
-"""The package's modules import one another without a cycle (issue 21: "no two modules of
-the package import each other"), counting every import a module writes: at its top, inside
+"""The package's modules import one another without a cycle (no two modules of the package
+import each other, docs/internals.md), counting every import a module writes: at its top, inside
 a function, and under ``if TYPE_CHECKING:``. Importing ``a.b.c`` runs ``a`` and ``a.b``
 first, so a module also depends on each package above what it imports. Where two parts
 need each other, one of them states what it uses as a ``Protocol`` (``guards.RunCalls``,
