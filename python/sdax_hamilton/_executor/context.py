@@ -291,7 +291,10 @@ class RunContext:
         n = jobs.forward_count
         if len(self._plan) != n:
             raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
-        self._run = core_run(self._plan, jobs, self._seed, self._instant)
+        if jobs.shared is None and not self._instant:  # ``core_run``'s plain case
+            self._run = _core.Run(self._plan, self._seed)
+        else:
+            self._run = core_run(self._plan, jobs, self._seed, self._instant)
         loop = self._loop = _running_loop()
         if current_task(loop) is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
@@ -440,12 +443,9 @@ class RunContext:
             raise
 
     def _phase_ended(self) -> None:
-        """The phase is over: drop it, take the parts' failure record, raise an internal one."""
+        """The phase is over: drop it, and raise the coordinator's internal failure."""
         self._phase_done = None
         self._phase_task = None  # finished: an open() body does not keep it alive
-        calls = self._calls
-        if calls is not None and self._record is None:
-            self._record = calls.record
         internal = self._internal
         if internal is not None:
             # run_finished was emitted when the coordinator gave up
