@@ -1,8 +1,9 @@
 """Cost of ``Driver(..., cache=)`` (docs/caching.md), side by side with Hamilton's own cache.
 
 ```console
-$ python bench/cache.py            # about 30 s
-$ python bench/cache.py --quick    # about 10 s
+$ python bench/cache.py            # about 4 min
+$ python bench/cache.py --quick    # about 2 min
+$ python bench/cache.py --lag      # only the loop lag, about 3 min
 ```
 
 One module file (Hamilton versions a node by its source) with a sync node returning a list
@@ -16,11 +17,19 @@ of 1,000 ints, cached in one directory shared by both drivers:
   store's ``initialize(run_id)``, the result store's ``set``, the metadata store's
   ``set``; each metadata call is a SQLite commit), timed directly.
 * **single flight**: 100 concurrent runs missing one key; how many calls the node got.
-* **loop lag**: the longest a 1 ms ticker on the loop overslept while a run stores, then
-  loads, a 50 MB value (``bytes``), ours; and the same run done with Hamilton's sync driver
-  called on the loop, for comparison.
+* **loop lag**: the longest a 1 ms ticker on the loop overslept while a 50 MB value is
+  stored, then loaded, for four kinds of value (``bytes``, a float64 array, a data frame of
+  8 float64 columns, a list of 600,000 ``(int, str)`` tuples). Side by side: *before*, the
+  calls the cache's threads made until the values were written in pieces (Hamilton's
+  ``fingerprinting.hash_value`` and its ``FileResultStore.set`` / ``get``), *after*, the
+  cache's own calls in the same threads (``Cache.write`` / ``Cache.read``: the same data
+  version and file, in pieces, ``python/sdax_hamilton/_hamilton/cache_io.py``), and a
+  whole run of ours (a miss that stores, a hit that loads); the idle loop's oversleep and
+  Hamilton's sync driver called on the loop for comparison. A value is dropped after the
+  ticker stopped (freeing 50 MB is its owner's cost, not the store's).
 
-Standard library plus the package and Hamilton; figures go to stdout as markdown.
+Standard library plus the package and Hamilton (with its numpy and pandas); figures go to
+stdout as markdown.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import hashlib
 import importlib.util
 import os
 import statistics
@@ -55,9 +65,9 @@ def numbers(x: int) -> list[int]:
 BLOBS: dict = {}
 
 
-def blob(size: int) -> bytes:
-    # made before the timed runs (``made``): the node itself costs the loop nothing
-    return BLOBS[size]
+def blob(kind: str, salt: int) -> object:
+    # made before the timed runs: the node itself costs the loop nothing
+    return BLOBS[kind]
 
 
 async def shared(x: int) -> int:
@@ -99,8 +109,9 @@ async def interleaved(runners: dict[str, Callable[[], Any]], reps: int) -> dict[
     return {name: median_us(values) for name, values in samples.items()}
 
 
-async def lag_during(work: Callable[[], Awaitable[Any]]) -> float:
-    """The longest a 1 ms sleep on the loop overslept while ``work`` ran (ms)."""
+async def lag_during(work: Callable[[], Awaitable[Any]], kept: list[Any] | None = None) -> float:
+    """The longest a 1 ms sleep on the loop overslept while ``work`` ran (ms); what it
+    returned is kept in ``kept`` (dropped after the ticker stopped)."""
     worst = 0.0
     running = True
 
@@ -114,23 +125,34 @@ async def lag_during(work: Callable[[], Awaitable[Any]]) -> float:
     tick = asyncio.ensure_future(ticker())
     await asyncio.sleep(0.005)
     try:
-        await work()
+        result = await work()
+        if kept is not None:
+            kept.append(result)
     finally:
         running = False
         await tick
     return worst * 1e3
 
 
-async def main(quick: bool) -> None:
+async def main(quick: bool, lag_only: bool) -> None:
+    from hamilton import driver as hamilton_driver
+
     reps = 200 if quick else 1000
+    load_average = os.getloadavg()[0]
     work = Path(tempfile.mkdtemp(prefix="sdax-bench-cache-"))
     module = load(work)
     directory = str(work / "cache")
-    hamilton = await hits(module, directory, reps)
-    await misses(module, directory, reps // 4)
-    await single_flight(module, directory)
-    await loop_lag(module, directory, hamilton)
-    print(f"\n(cpu count {os.cpu_count()}, Python {sys.version.split()[0]}, {reps} hit reps)")
+    if lag_only:
+        hamilton = hamilton_driver.Builder().with_modules(module).with_cache(directory).build()
+    else:
+        hamilton = await hits(module, directory, reps)
+        await misses(module, directory, reps // 4)
+        await single_flight(module, directory)
+    await loop_lag(module, directory, hamilton, 1 if quick else 3)
+    print(
+        f"\n(cpu count {os.cpu_count()}, Python {sys.version.split()[0]}, {reps} hit reps, "
+        f"load average {load_average:.1f} at the start, {os.getloadavg()[0]:.1f} at the end)"
+    )
 
 
 async def hits(module: Any, directory: str, reps: int) -> Any:
@@ -209,31 +231,163 @@ async def single_flight(module: Any, directory: str) -> None:
     print(f"node called {module.CALLS['n']} time(s); all 100 runs done in {elapsed * 1e3:.1f} ms")
 
 
-async def loop_lag(module: Any, directory: str, hamilton: Any) -> None:
-    size = 50 * 1024 * 1024
-    for made in (size, size + 1):
-        module.BLOBS[made] = os.urandom(made)
-    blob = Driver(module, cache=directory).prepare(["blob"])
-    store_lag = await lag_during(lambda: blob.execute(inputs={"size": size}))
-    hamilton.execute(["blob"], inputs={"size": size})  # Hamilton's own entry for the next run
-    ours_blob = Driver(module, cache=directory).prepare(["blob"])
-    load_lags = []
-    for _ in range(3):
-        load_lags.append(await lag_during(lambda: ours_blob.execute(inputs={"size": size})))
+SIZE = 50 * 1024 * 1024
+
+
+def kinds() -> dict[str, Callable[[], Any]]:
+    import numpy
+    import pandas
+
+    rows = SIZE // 8 // 8
+    return {
+        "bytes": lambda: os.urandom(SIZE),
+        "ndarray (float64)": lambda: numpy.random.default_rng(0).random(SIZE // 8),
+        "DataFrame (8 float64 columns)": lambda: pandas.DataFrame(
+            {f"c{i}": numpy.random.default_rng(i).random(rows) for i in range(8)}
+        ),
+        "list of 600,000 (int, str) tuples": lambda: [(i, str(i)) for i in range(600_000)],
+    }
+
+
+def ms(lags: list[float]) -> str:
+    """Median (worst) of the repetitions."""
+    if len(lags) == 1:
+        return f"{lags[0]:.1f}"
+    return f"{statistics.median(lags):.1f} ({max(lags):.1f})"
+
+
+async def kind_lags(
+    value: Any, kind: str, cache: Any, plan: Any, reps: int, salt: int
+) -> dict[str, list[float]]:
+    """Loop lags while ``value`` is stored and loaded, before / after / in a run."""
+    from hamilton.caching import fingerprinting
+
+    from sdax_hamilton._hamilton.cache_io import data_version
+    from sdax_hamilton._hamilton.caching import executor
+
+    loop = asyncio.get_running_loop()
+    results = cache.adapter.result_store
+    node = cache.nodes["blob"]
+    version = data_version(value)
+    assert version == fingerprinting.hash_value(value)  # the same data version
+    key = f"bench-lag-{version}"
+
+    def before_store() -> None:
+        # the calls the cache's threads made before: Hamilton's fingerprint and store
+        results.set(data_version=fingerprinting.hash_value(value), result=value)
+
+    def before_load() -> Any:
+        return results.get(data_version=version)
+
+    def after_store() -> None:
+        cache.write(node, key, value, "bench-lag")
+
+    def after_load() -> Any:
+        return cache.read(key)
+
+    kept: list[Any] = []
+    lags: dict[str, list[float]] = {}
+    after_store()  # the key's metadata, for the reads of Hamilton's file below
+    for rep in range(reps):
+        for name, work in (
+            ("before: store", before_store),
+            ("before: load", before_load),
+            ("after: load, Hamilton file", after_load),
+            ("after: store", after_store),
+            ("after: load", after_load),
+        ):
+            if name.endswith("store"):
+                results.delete(version)  # so that the value is written
+            lags.setdefault(name, []).append(
+                await lag_during(lambda: loop.run_in_executor(executor(), work), kept)  # noqa: B023
+            )
+            kept.clear()
+        results.delete(version)
+        inputs = {"kind": kind, "salt": salt + rep}
+        miss = await lag_during(lambda: plan.execute(inputs=inputs), kept)  # noqa: B023
+        hit = await lag_during(lambda: plan.execute(inputs=inputs), kept)  # noqa: B023
+        kept.clear()
+        lags.setdefault("run, miss", []).append(miss)
+        lags.setdefault("run, hit", []).append(hit)
+    return lags
+
+
+async def loop_lag(module: Any, directory: str, hamilton: Any, reps: int) -> None:
+    driver = Driver(module, cache=directory)
+    cache = driver._cache
+    assert cache is not None
+    plan = driver.prepare(["blob"])
+    salts = iter(range(0, 10**9, 100))
+
+    from sdax_hamilton._hamilton.caching import executor
+
+    def python_for_half_a_second() -> int:
+        end = time.perf_counter() + 0.5
+        n = 0
+        while time.perf_counter() < end:
+            n += 1
+        return n
+
+    def pieces_for_half_a_second() -> int:
+        piece = bytes(1 << 20)
+        end = time.perf_counter() + 0.5
+        n = 0
+        while time.perf_counter() < end:
+            hashlib.md5(piece)  # the lock is let go while a piece is hashed
+            n += 1
+        return n
+
+    loop = asyncio.get_running_loop()
+    idle = [await lag_during(lambda: asyncio.sleep(0.5)) for _ in range(reps)]
+    floors = {
+        name: [
+            await lag_during(lambda: loop.run_in_executor(executor(), work))  # noqa: B023
+            for _ in range(reps)
+        ]
+        for name, work in (
+            ("python", python_for_half_a_second),
+            ("pieces", pieces_for_half_a_second),
+        )
+    }
+    print("\n## Loop lag while a 50 MB value is stored and loaded\n")
+    print(
+        "Longest oversleep of a 1 ms ticker on the loop, ms"
+        + (f", median (worst) of {reps}" if reps > 1 else "")
+        + f". Floors on this machine meanwhile: the idle loop {ms(idle)}; a cache thread "
+        f"hashing 1 MiB pieces for 0.5 s (the lock let go during each piece, as the "
+        f"cache's I/O does) {ms(floors['pieces'])}; a cache thread running Python code for "
+        f"0.5 s (the lock taken back every {sys.getswitchinterval() * 1e3:.0f} ms, the "
+        f"interpreter's switch interval) {ms(floors['python'])}.\n"
+    )
+    print("| value | store: before | store: after | run, miss (stores) | load: before "
+          "| load: after | load: after, Hamilton's file | run, hit (loads) |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for kind, make in kinds().items():
+        module.BLOBS[kind] = make()
+        lags = await kind_lags(module.BLOBS[kind], kind, cache, plan, reps, next(salts))
+        print(
+            f"| {kind} | {ms(lags['before: store'])} | {ms(lags['after: store'])} "
+            f"| {ms(lags['run, miss'])} | {ms(lags['before: load'])} "
+            f"| {ms(lags['after: load'])} | {ms(lags['after: load, Hamilton file'])} "
+            f"| {ms(lags['run, hit'])} |"
+        )
+        del module.BLOBS[kind]
+        gc.collect()
+
+    module.BLOBS["bytes"] = os.urandom(SIZE)
 
     async def hamilton_on_loop() -> None:
-        hamilton.execute(["blob"], inputs={"size": size + 1})
+        hamilton.execute(["blob"], inputs={"kind": "bytes", "salt": -1})
 
     sync_lag = await lag_during(hamilton_on_loop)
-    print("\n## Loop lag while a 50 MB value is stored and loaded\n")
-    print("| what | longest oversleep of a 1 ms ticker |")
-    print("|---|---|")
-    print(f"| ours, miss: computed and stored | {store_lag:.1f} ms |")
-    print(f"| ours, hit: loaded (worst of 3) | {max(load_lags):.1f} ms |")
-    print(f"| Hamilton's sync driver called on the loop, miss | {sync_lag:.1f} ms |")
+    print(
+        f"\nHamilton's sync driver called on the loop, a miss storing the bytes: {sync_lag:.1f} ms"
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument("--lag", action="store_true", help="only the loop-lag figures")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.quick, arguments.lag))

@@ -5,10 +5,14 @@ from ``cache=``) supplies the metadata and result stores and the behaviour rules
 (``_resolve_node_behavior``, the rule ``Builder().with_cache()`` applies to each node);
 ``hamilton.graph_types.HamiltonNode.version`` is a node's code version,
 ``hamilton.caching.fingerprinting.hash_value`` a value's data version and
-``hamilton.caching.cache_key.create_cache_key`` the key. What is not taken from the adapter
-is its execution half (``pre_graph_execute`` / ``do_node_execute`` / ``post_node_execute``):
-it calls each node synchronously and keeps per-run state on the adapter forever, which a
-service's async runs cannot use (docs/caching.md, "What is Hamilton's").
+``hamilton.caching.cache_key.create_cache_key`` the key. Large values are fingerprinted, and
+Hamilton's result files written and read, in pieces (``cache_io.py``): the same data
+versions and files, without holding the interpreter lock through the whole value.
+
+What is not taken from the adapter is its execution half (``pre_graph_execute`` /
+``do_node_execute`` / ``post_node_execute``): it calls each node synchronously and keeps
+per-run state on the adapter forever, which a service's async runs cannot use
+(docs/caching.md, "What is Hamilton's").
 
 ``NodeCache.mode`` is the one decision per node: ``LOOKUP`` (Hamilton's ``default``: look
 up, compute on a miss, store), ``STORE`` (``recompute`` and ``ignore``: compute and store)
@@ -28,6 +32,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from .._spec import NodeSpec
+from .cache_io import data_version, read_result, write_result
 
 logger = logging.getLogger("sdax_hamilton.cache")
 
@@ -175,7 +180,7 @@ class Cache:
                 return None
             version = versions.get(name)
             if version is None:
-                version = fingerprinting.hash_value(value)
+                version = data_version(value)
             if version == fingerprinting.UNHASHABLE or version.startswith("<unhashable>"):
                 return None
             deps[name] = version
@@ -196,7 +201,14 @@ class Cache:
         if not results.exists(version):
             return None
         try:
-            value = results.get(data_version=version)
+            path = self._file_of(results, version)
+            if path is None:
+                value = results.get(data_version=version)
+            else:
+                try:
+                    value = read_result(path)
+                except FileNotFoundError:
+                    return None  # deleted meanwhile (another process): a miss
         except Exception as exc:
             # Hamilton deletes an entry its loader cannot read (ResultRetrievalError); a
             # result cut short (a killed writer) cannot be unpickled: deleted too, so the
@@ -217,7 +229,7 @@ class Cache:
             search_data_adapter_registry,
         )
 
-        version = fingerprinting.hash_value(value)
+        version = data_version(value)
         if version == fingerprinting.UNHASHABLE:
             return None
         adapter = self.adapter
@@ -229,7 +241,12 @@ class Cache:
             where = getattr(results, "_materialized_path", None)
             materialized_missing = where is not None and not where(version, saver).exists()
         if materialized_missing or not results.exists(version):
-            results.set(data_version=version, result=value, saver_cls=saver, loader_cls=loader)
+            path = None if saver is not None else self._file_of(results, version)
+            if path is None:
+                results.set(data_version=version, result=value, saver_cls=saver, loader_cls=loader)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_result(path, value)
         with self._lock:
             if run_id not in self._runs:
                 self._runs.add(run_id)
@@ -242,6 +259,19 @@ class Cache:
             code_version=node.code_version,
         )
         return str(version)
+
+    @staticmethod
+    def _file_of(results: Any, version: str) -> Path | None:
+        """The file of ``version`` when ``results`` is Hamilton's ``FileResultStore`` itself
+        (its files are read and written here in pieces, ``cache_io.py``); ``None`` for any
+        other store, called as it is."""
+        from hamilton.caching.stores.file import (  # type: ignore[import-untyped, unused-ignore]
+            FileResultStore,
+        )
+
+        if type(results) is not FileResultStore:
+            return None
+        return Path(results._path_from_data_version(version))
 
     def run_over(self, run_id: str) -> None:
         """Forget a finished run's id (kept only to initialize it once in the store)."""

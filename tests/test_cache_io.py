@@ -1,0 +1,282 @@
+"""Large values in ``Driver(..., cache=)``: data versions, result files, pieces (docs/caching.md).
+
+The cache fingerprints values and writes and reads Hamilton's result files in pieces
+(``python/sdax_hamilton/_hamilton/cache_io.py``), so that its threads let the event loop have
+the interpreter lock between pieces. What must not change is what Hamilton sees: the same
+data versions and files Hamilton's own ``Builder().with_cache()`` driver reads and writes.
+How long the loop waits meanwhile is measured in bench/cache.py, not here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from hamilton import driver
+from hamilton.caching import fingerprinting
+from test_cache import _unload, file_module  # noqa: F401  (_unload: the fixture)
+
+from sdax_hamilton import Driver
+from sdax_hamilton._hamilton import cache_io
+from sdax_hamilton._hamilton.cache_io import CHUNK, data_version
+
+BIG = 3 * CHUNK + 12_345  # several pieces, and a last one cut short
+
+VALUES: dict[str, Any] = {
+    "bytes": bytes(range(256)) * (BIG // 256),
+    "empty bytes": b"",
+    "float array": np.arange(BIG // 8, dtype=np.float64),
+    "2-d array": np.arange(600_000, dtype=np.int32).reshape(300, 2000),
+    "Fortran-order array": np.asfortranarray(np.arange(600).reshape(30, 20)),
+    "strided array": np.arange(1000)[::3],
+    "0-d array": np.array(3.5),
+    "big-endian array": np.arange(100, dtype=">f8"),
+    "structured array": np.zeros(7, dtype=[("a", "i4"), ("b", "f8")]),
+    "object array": np.array([1, "a", None], dtype=object),
+    "datetime array": np.arange(10).astype("M8[s]"),
+    "masked array": np.ma.masked_array(np.arange(5), mask=[0, 1, 0, 0, 1]),
+    "frame": pd.DataFrame({"a": np.arange(50_000), "b": np.arange(50_000) * 0.5}),
+    "frame, string labels": pd.DataFrame({"a": [1, 2, 3]}, index=["x", "y", "z"]),
+    "frame, date labels": pd.DataFrame({"a": [1, 2]}, index=pd.date_range("2024", periods=2)),
+    "frame, repeated labels": pd.DataFrame({"a": [1, 2, 3]}, index=[0, 0, 1]),
+    "frame, float labels": pd.DataFrame({"a": [1, 2]}, index=[0.0, 1.5]),
+    "frame, mixed labels": pd.DataFrame({"a": [1, 2, 3]}, index=[1, "1", 1.0]),
+    "frame, two-level labels": pd.DataFrame(
+        {"a": [1, 2]}, index=pd.MultiIndex.from_tuples([(1, "a"), (1, "b")])
+    ),
+    "empty frame": pd.DataFrame(),
+    "series": pd.Series(np.arange(1000)),
+    "list of tuples": [(i, str(i)) for i in range(1000)],
+    "dict": {"a": 1, "b": [1, 2]},
+    "none": None,
+}
+
+
+@pytest.mark.parametrize("name", list(VALUES))
+def test_data_versions_are_hamiltons(name: str) -> None:
+    value = VALUES[name]
+    assert data_version(value) == fingerprinting.hash_value(value)
+
+
+def test_a_changed_large_value_has_another_data_version() -> None:
+    array = np.arange(BIG // 8, dtype=np.float64)
+    before = data_version(array)
+    array[-1] += 1  # in the last piece
+    assert data_version(array) != before
+    frame = pd.DataFrame({"a": np.arange(10_000)})
+    before = data_version(frame)
+    frame.iloc[-1, 0] = -1
+    assert data_version(frame) != before
+
+
+LARGE = """
+import numpy as np
+import pandas as pd
+
+CALLS = []
+
+def blob(n: int) -> bytes:
+    CALLS.append("blob")
+    return bytes(range(256)) * (n // 256)
+
+def array(n: int) -> np.ndarray:
+    CALLS.append("array")
+    return np.arange(n // 8, dtype=np.float64)
+
+def frame(array: np.ndarray) -> pd.DataFrame:
+    CALLS.append("frame")
+    return pd.DataFrame({"a": array, "b": array * 2})
+
+def rows(n: int) -> list:
+    CALLS.append("rows")
+    return [(i, str(i)) for i in range(n // 1000)]
+"""
+
+FINAL = ["blob", "frame", "rows"]
+
+
+def same(first: dict[str, Any], second: dict[str, Any]) -> None:
+    assert first["blob"] == second["blob"]
+    pd.testing.assert_frame_equal(first["frame"], second["frame"])
+    assert first["rows"] == second["rows"]
+
+
+async def test_large_values_written_here_are_hits_for_hamiltons_driver(tmp_path: Path) -> None:
+    module = file_module(tmp_path, LARGE)
+    directory = str(tmp_path / "shared")
+    ours = await Driver(module, cache=directory).prepare(FINAL).execute(inputs={"n": BIG})
+    assert sorted(module.CALLS) == ["array", "blob", "frame", "rows"]
+    hamilton = driver.Builder().with_modules(module).with_cache(directory).build()
+    theirs = hamilton.execute(FINAL, inputs={"n": BIG})
+    assert sorted(module.CALLS) == ["array", "blob", "frame", "rows"]  # Hamilton: all hits
+    same(ours, theirs)
+    # Hamilton's own store reads each file written here.
+    adapter = hamilton.cache
+    store = adapter.result_store
+    for name in FINAL:
+        version = adapter.data_versions[adapter.last_run_id][name]
+        assert version == data_version(ours[name])
+        assert type(store.get(version)) is type(ours[name])
+
+
+async def test_large_values_written_by_hamiltons_driver_are_hits_here(tmp_path: Path) -> None:
+    module = file_module(tmp_path, LARGE)
+    directory = str(tmp_path / "shared")
+    hamilton = driver.Builder().with_modules(module).with_cache(directory).build()
+    theirs = hamilton.execute(FINAL, inputs={"n": BIG})
+    assert sorted(module.CALLS) == ["array", "blob", "frame", "rows"]
+    seen: list[Any] = []
+    plan = Driver(module, cache=directory).prepare(FINAL)
+    ours = await plan.execute(inputs={"n": BIG}, observer=seen.append)
+    assert sorted(module.CALLS) == ["array", "blob", "frame", "rows"]  # ours: all hits
+    assert {e.node for e in seen if e.kind == "cache_hit"} == {"array", "blob", "frame", "rows"}
+    same(ours, theirs)
+
+
+class _Recorded:
+    """A real file whose writes and reads into buffers are recorded (kind, thread, bytes)."""
+
+    def __init__(self, file: Any, log: list[tuple[str, str, int]]) -> None:
+        self._file = file
+        self._log = log
+        if hasattr(file, "peek"):
+            self.peek = file.peek
+            self.read = file.read
+            self.readline = file.readline
+
+    def write(self, data: Any) -> int:
+        self._log.append(("write", threading.current_thread().name, memoryview(data).nbytes))
+        return int(self._file.write(data))
+
+    def readinto(self, buffer: Any) -> int:
+        self._log.append(("read", threading.current_thread().name, memoryview(buffer).nbytes))
+        return int(self._file.readinto(buffer))
+
+    def __enter__(self) -> _Recorded:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
+
+
+BLOB = """
+import numpy as np
+
+def blob(n: int) -> bytes:
+    return bytes(range(256)) * (n // 256)
+
+def array(n: int) -> np.ndarray:
+    return np.arange(n // 8, dtype=np.float64)
+"""
+
+
+@pytest.mark.parametrize("node", ["blob", "array"])
+async def test_large_values_are_written_and_read_in_pieces_in_the_cache_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: str
+) -> None:
+    log: list[tuple[str, str, int]] = []
+
+    def recording_open(path: Any, mode: str, buffering: int = -1) -> _Recorded:
+        return _Recorded(open(path, mode, buffering), log)
+
+    monkeypatch.setattr(cache_io, "open", recording_open, raising=False)
+    module = file_module(tmp_path, BLOB)
+    plan = Driver(module, cache=tmp_path / "c").prepare([node])
+    stored = await plan.execute(inputs={"n": BIG})
+    writes = [entry for entry in log if entry[0] == "write"]
+    log.clear()
+    loaded = await plan.execute(inputs={"n": BIG})  # a hit: read back from the file
+    reads = [entry for entry in log if entry[0] == "read"]
+    assert stored[node] is not loaded[node]
+    assert bytes(stored[node]) == bytes(loaded[node])
+    nbytes = memoryview(stored[node]).nbytes
+    # (the first bytes the unpickler reads come with its look-ahead read of the file)
+    for pieces, least in ((writes, nbytes), (reads, nbytes - CHUNK)):
+        assert sum(size for _, _, size in pieces) >= least
+        assert len(pieces) >= BIG // CHUNK + 1
+        assert max(size for _, _, size in pieces) <= CHUNK
+        assert {thread.startswith("sdax_hamilton cache") for _, thread, _ in pieces} == {True}
+
+
+@pytest.mark.parametrize("node", ["blob", "array"])
+async def test_hamiltons_large_files_are_read_in_pieces_in_the_cache_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, node: str
+) -> None:
+    module = file_module(tmp_path, BLOB)
+    directory = str(tmp_path / "c")
+    hamilton = driver.Builder().with_modules(module).with_cache(directory).build()
+    theirs = hamilton.execute([node], inputs={"n": BIG})  # Hamilton's own file (protocol 4)
+    log: list[tuple[str, str, int]] = []
+
+    def recording_open(path: Any, mode: str, buffering: int = -1) -> _Recorded:
+        return _Recorded(open(path, mode, buffering), log)
+
+    monkeypatch.setattr(cache_io, "open", recording_open, raising=False)
+    seen: list[Any] = []
+    ours = (
+        await Driver(module, cache=directory)
+        .prepare([node])
+        .execute(inputs={"n": BIG}, observer=seen.append)
+    )
+    assert [e.node for e in seen if e.kind == "cache_hit"] == [node]
+    assert bytes(ours[node]) == bytes(theirs[node])
+    reads = [entry for entry in log if entry[0] == "read"]
+    assert sum(size for _, _, size in reads) >= memoryview(ours[node]).nbytes - CHUNK
+    assert max(size for _, _, size in reads) <= CHUNK
+    assert {thread.startswith("sdax_hamilton cache") for _, thread, _ in reads} == {True}
+
+
+class Unpicklable:
+    """A value Hamilton can fingerprint but pickle cannot write."""
+
+    def __reduce__(self) -> Any:
+        raise TypeError("Unpicklable cannot be pickled")
+
+
+async def test_a_store_that_fails_midway_leaves_no_file_and_the_run_its_value(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    module = file_module(
+        tmp_path,
+        """
+        from test_cache_io import Unpicklable
+        CALLS = []
+
+        def half(n: int) -> list:
+            CALLS.append("half")
+            return [bytes(n), Unpicklable()]  # pickle writes the bytes, then fails
+        """,
+    )
+    directory = tmp_path / "c"
+    plan = Driver(module, cache=directory).prepare(["half"])
+    with caplog.at_level(logging.WARNING, logger="sdax_hamilton.cache"):
+        result = await plan.execute(inputs={"n": BIG})
+    assert len(result["half"][0]) == BIG and isinstance(result["half"][1], Unpicklable)
+    assert "value of 'half' not stored in the cache: TypeError" in caplog.text
+    assert [f.name for f in directory.iterdir() if f.suffix != ".db"] == []
+    await plan.execute(inputs={"n": BIG})
+    assert module.CALLS == ["half", "half"]  # nothing was stored: computed again
+
+
+async def test_a_large_result_cut_short_is_a_miss_and_is_written_whole_again(
+    tmp_path: Path,
+) -> None:
+    module = file_module(tmp_path, BLOB)
+    directory = tmp_path / "c"
+    plan = Driver(module, cache=directory).prepare(["blob"])
+    first = await plan.execute(inputs={"n": BIG})
+    (result,) = [f for f in directory.iterdir() if f.suffix != ".db"]
+    os.truncate(result, BIG // 2)  # a write cut short in the middle of the value's bytes
+    seen: list[Any] = []
+    again = await plan.execute(inputs={"n": BIG}, observer=seen.append)
+    assert again == first
+    assert not any(e.kind == "cache_hit" for e in seen)  # a miss: computed and stored
+    seen.clear()
+    assert await plan.execute(inputs={"n": BIG}, observer=seen.append) == first
+    assert [e.node for e in seen if e.kind == "cache_hit"] == ["blob"]  # whole again
