@@ -97,17 +97,16 @@ def core_run(plan: _core.Plan, jobs: JobTable, seed: int | None, instant: bool) 
     retries, and with what the plan's runs share (``JobTable.shared``: the Driver's retry
     budget, the forward jobs with a fallback; docs/resilience.md)."""
     shared = jobs.shared
-    if shared is not None:
-        return _core.Run(
-            plan,
-            seed,
-            instant_retries=instant,
-            retry_budget=None if shared[0] is None else shared[0]._core,
-            fallbacks=shared[1],
-        )
-    if instant:
-        return _core.Run(plan, seed, instant_retries=True)
-    return _core.Run(plan, seed)
+    if shared is None:
+        return _core.Run(plan, seed, instant_retries=instant)
+    budget, fallbacks = shared
+    return _core.Run(
+        plan,
+        seed,
+        instant_retries=instant,
+        retry_budget=None if budget is None else budget._core,
+        fallbacks=fallbacks,
+    )
 
 
 class RunContext:
