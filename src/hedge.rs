@@ -7,9 +7,10 @@ use std::sync::Mutex;
 
 use pyo3::prelude::*;
 
-use sdax_core::hedge::{Completion, Report, Round};
+use sdax_core::hedge::{hedging, Completion, Report, Round};
+use sdax_core::shared::SharedError;
 
-use crate::shared::locked;
+use crate::shared::{float_arg, int_arg, locked, value_error};
 
 fn report(r: Report) -> (&'static str, Vec<usize>) {
     match r {
@@ -97,4 +98,26 @@ impl PyHedgeRound {
         let winner = g.winner().map_or("None".to_owned(), |w| w.to_string());
         format!("<HedgeRound started={} winner={winner}>", g.started())
     }
+}
+
+/// `execution(hedge_after=, hedges=)` checked (docs/contract.md#hedging): `hedge_after` a
+/// number or `None` (a `Latency` is passed as `None`: it was checked when made), `hedges` an
+/// int; types here (`bool` refused), values by the core. Returns them as the core keeps them.
+#[pyfunction]
+pub(crate) fn check_hedging(
+    hedge_after: &Bound<'_, PyAny>,
+    hedges: &Bound<'_, PyAny>,
+) -> PyResult<(Option<f64>, u32)> {
+    let after = if hedge_after.is_none() {
+        None
+    } else {
+        Some(float_arg(
+            hedge_after,
+            "hedge_after",
+            SharedError::HedgeAfter(0.0).requirement(),
+        )?)
+    };
+    let count = int_arg(hedges, "hedges", SharedError::Hedges(0).requirement())?;
+    hedging(after, count)
+        .map_err(|e| value_error(e, &[("hedge_after", hedge_after), ("hedges", hedges)]))
 }

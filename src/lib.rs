@@ -26,7 +26,7 @@ use pyo3::prelude::*;
 
 use carry::PyCarrier;
 use graph::{PyGraph, PyPlan};
-use hedge::PyHedgeRound;
+use hedge::{check_hedging, PyHedgeRound};
 use inputs::InputTable;
 use latency::{PyLatency, PyLatencyWindow};
 use policy::{_make_policy, is_number, run_budget, PyPolicy};
@@ -73,6 +73,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyLatencyWindow>()?;
     m.add_class::<PyHedgeRound>()?;
     m.add_function(wrap_pyfunction!(_make_policy, m)?)?;
+    m.add_function(wrap_pyfunction!(check_hedging, m)?)?;
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
     m.add_function(wrap_pyfunction!(is_number, m)?)?;
     m.add_function(wrap_pyfunction!(step::has_room, m)?)?;

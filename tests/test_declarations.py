@@ -58,11 +58,16 @@ def test_signatures_are_keyword_only_with_documented_defaults() -> None:
         "retry_after": None,
     }
     guards = ["bulkhead", "breaker", "fallback"]  # execution only (docs/resilience.md)
-    for factory, extra, more in ((execution, [], [*guards, "in_thread"]), (shutdown, ["of"], [])):
+    hedging = ["hedge_after", "hedges"]  # execution only (docs/hedging.md)
+    for factory, extra, more in (
+        (execution, [], [*guards, "in_thread", *hedging]),
+        (shutdown, ["of"], []),
+    ):
         params = inspect.signature(factory).parameters
         assert list(params) == [*extra, *expected, *more]
         for name in more:
-            assert params[name].default is (False if name == "in_thread" else None)
+            defaults = {"in_thread": False, "hedges": 1}
+            assert params[name].default is defaults.get(name)
         assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
         for name, default in expected.items():
             assert params[name].default == default

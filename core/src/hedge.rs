@@ -220,3 +220,23 @@ impl Round {
         Some(Completion::Aborted)
     }
 }
+
+/// `execution(hedge_after=, hedges=)` validated (docs/contract.md#hedging), in argument
+/// order: `hedge_after` a finite number `>= 0` (`None` when it is absent or a `Latency`,
+/// whose own rules were checked when it was made), `hedges` an integer `>= 1` (saturated at
+/// `u32::MAX`, more calls than a round can ever start).
+pub fn hedging(
+    hedge_after: Option<f64>,
+    hedges: i64,
+) -> Result<(Option<f64>, u32), crate::shared::SharedError> {
+    use crate::shared::SharedError;
+    if let Some(after) = hedge_after {
+        if !(after.is_finite() && after >= 0.0) {
+            return Err(SharedError::HedgeAfter(after));
+        }
+    }
+    if hedges < 1 {
+        return Err(SharedError::Hedges(hedges));
+    }
+    Ok((hedge_after, u32::try_from(hedges).unwrap_or(u32::MAX)))
+}

@@ -293,3 +293,20 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn hedging_arguments_are_checked_in_order() {
+    use sdax_core::hedge::hedging;
+    use sdax_core::shared::SharedError;
+    assert_eq!(hedging(None, 1), Ok((None, 1)));
+    assert_eq!(hedging(Some(0.0), 3), Ok((Some(0.0), 3)));
+    assert_eq!(hedging(Some(0.25), i64::MAX), Ok((Some(0.25), u32::MAX)));
+    for bad in [-0.5, f64::INFINITY, f64::NEG_INFINITY] {
+        assert_eq!(hedging(Some(bad), 1), Err(SharedError::HedgeAfter(bad)));
+    }
+    assert!(matches!(hedging(Some(f64::NAN), 1), Err(SharedError::HedgeAfter(v)) if v.is_nan()));
+    assert_eq!(hedging(Some(-1.0), 0), Err(SharedError::HedgeAfter(-1.0)));
+    assert_eq!(hedging(Some(1.0), 0), Err(SharedError::Hedges(0)));
+    assert_eq!(hedging(None, -3), Err(SharedError::Hedges(-3)));
+    assert_eq!(SharedError::Hedges(0).argument(), "hedges");
+}

@@ -579,6 +579,11 @@ class LatencyWindow:
     def samples(self, now: float) -> int:
         """Successes within the window at ``now`` that the window holds."""
 
+def check_hedging(hedge_after: object, hedges: object) -> tuple[float | None, int]:
+    """``execution(hedge_after=, hedges=)`` checked (docs/contract.md#hedging): a number or
+    ``None`` (a ``Latency`` is passed as ``None``) and an int; ``bool`` refused. Returns them
+    as the core keeps them."""
+
 @final
 class HedgeRound:
     """One hedged round of a node's calls (docs/contract.md#hedged-rounds): call 0 starts

@@ -16,7 +16,9 @@ from typing import Any, Final, Generic, TypeVar, cast, final
 
 from . import _messages
 from ._core import Policy
+from ._core import check_hedging as _core_check_hedging
 from ._failures import RetryableException
+from ._latency import Latency
 from ._resilience import Bulkhead, CircuitBreaker
 from ._types import checker, describe
 
@@ -156,6 +158,10 @@ class ExecutionDeclaration:
     in_thread: bool = False
     """Each attempt runs the (sync) function in a worker thread (docs/lifecycle.md,
     "Blocking functions")."""
+    hedge_after: float | Latency | None = None
+    """When a hedged call is due (docs/hedging.md); ``None``: the node is not hedged."""
+    hedges: int = 1
+    """The extra calls a hedged round may start."""
 
 
 def _guards(
@@ -224,6 +230,8 @@ def execution(
     breaker: CircuitBreaker | None = None,
     fallback: Fallback | None = None,
     in_thread: bool = False,
+    hedge_after: float | Latency | None = None,
+    hedges: int = 1,
 ) -> Callable[[_F], _F]:
     """Attach a forward attempt policy to a Hamilton function (docs/contract.md#declarations).
 
@@ -240,6 +248,10 @@ def execution(
     ``in_thread=True`` runs each attempt of a sync function in a worker thread (the
     Driver's ``executor``), so a blocking call does not stall the event loop; an async
     function is a ``TypeError`` (docs/lifecycle.md, "Blocking functions").
+
+    ``hedge_after`` (seconds, a finite number >= 0, or a ``Latency``) starts another call of
+    the function with the same arguments when the latest one has run that long without a
+    result, up to ``hedges`` extra calls; the first valid value wins (docs/hedging.md).
     """
     if type(in_thread) is not bool:
         raise TypeError(f"in_thread must be True or False, not {type(in_thread).__name__}")
@@ -252,9 +264,21 @@ def execution(
         max_delay=max_delay,
         retry_after=retry_after,
     )
+    # The core checks the numbers (src/hedge.rs) and hands them back read by value; a
+    # ``Latency`` checked its own when made.
+    after, count = _core_check_hedging(
+        None if isinstance(hedge_after, Latency) else hedge_after, hedges
+    )
     guards = _guards(bulkhead, breaker, fallback)
     target = _targets(target_)
-    declaration = ExecutionDeclaration(policy, target, *guards, in_thread=in_thread)
+    declaration = ExecutionDeclaration(
+        policy,
+        target,
+        *guards,
+        in_thread=in_thread,
+        hedge_after=hedge_after if isinstance(hedge_after, Latency) else after,
+        hedges=count,
+    )
 
     def decorate(fn: _F) -> _F:
         if in_thread and (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):

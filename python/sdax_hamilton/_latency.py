@@ -14,7 +14,7 @@ from typing import final
 
 from . import _core
 
-__all__ = ["Latency", "LatencyWindow"]
+__all__ = ["Hedging", "Latency", "LatencyWindow"]
 
 
 @final
@@ -115,3 +115,33 @@ class LatencyWindow:
     def samples(self) -> int:
         """Successes within the window now."""
         return self._core.samples(time.monotonic())
+
+
+@final
+class Hedging:
+    """A node's hedging (``execution(hedge_after=, hedges=)``, docs/hedging.md), as one
+    Driver carries it out: a fixed delay, or the node's own window (one per node and Driver,
+    shared by every run and thread), the extra calls a round may start, and the policy's
+    timeout (each call's own)."""
+
+    __slots__ = ("after", "hedges", "timeout", "window")
+
+    def __init__(
+        self, after: float | None, window: LatencyWindow | None, hedges: int, timeout: float | None
+    ) -> None:
+        self.after = after
+        self.window = window
+        self.hedges = hedges
+        self.timeout = timeout
+
+    def delay(self) -> float:
+        """Seconds after which a hedge is due now."""
+        window = self.window
+        if window is None:
+            return self.after or 0.0
+        return window.hedge_after()
+
+    def __repr__(self) -> str:
+        return (
+            f"<Hedging after={self.after!r} window={self.window is not None} hedges={self.hedges}>"
+        )

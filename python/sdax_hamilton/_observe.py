@@ -57,6 +57,7 @@ EventKind: TypeAlias = Literal[
     "bulkhead_rejected",
     "circuit_rejected",
     "fallback_used",
+    "hedge_started",
 ]
 """Every ``RunEvent.kind``; see :class:`RunEvent` for when each is emitted."""
 
@@ -99,6 +100,9 @@ class RunEvent:
       ``attempt_started`` and ``attempt_failed`` follow, as for any failed attempt.
     * ``fallback_used``: the node failed for good with ``error`` and its fallback's value
       is used in its place; the run goes on.
+    * ``hedge_started``: a hedged round (``execution(hedge_after=)``, docs/hedging.md)
+      starts another call, attempt ``attempt``; its ``attempt_started`` follows. A loser
+      of the round ends with ``attempt_cancelled``, ``reason`` ``"lost to attempt N"``.
     * ``deadline_expired``: the run's deadline passed before attempt ``attempt`` of the node
       could start (it was ready, or its retry wait had ended); the node fails with
       ``error``, a ``TimeoutError``.
@@ -251,6 +255,11 @@ class NodeReport:
     """It failed for good and its fallback's value was used (its outcome: ``succeeded``)."""
     cached: bool = False
     """The node's value came from the cache (a ``cache_hit``): no attempt was made."""
+    hedges: int = 0
+    """Hedged calls started (``hedge_started``; each is also counted in ``attempts``)."""
+    won_by: int | None = None
+    """The number of the attempt that won a hedged round (one that started a hedge),
+    ``None`` without such a win."""
 
     @property
     def total(self) -> float | None:
@@ -278,14 +287,17 @@ class _Track:
         "expired",
         "fallback",
         "finished",
+        "hedges",
         "in_attempts",
         "last_error",
+        "open",
         "outcome",
         "rejections",
         "retry_skipped",
         "started",
         "timeouts",
         "wait_since",
+        "won_by",
     )
 
     def __init__(self) -> None:
@@ -305,17 +317,30 @@ class _Track:
         self.fallback = False
         self.wait_since: float | None = None
         self.cached = False
+        self.hedges = 0
+        self.won_by: int | None = None
+        self.open = 0  # attempts running at once (hedged calls overlap)
 
     def start(self, time: float) -> None:
         self.attempts += 1
         if self.started is None:
             self.started = time
-        self.attempt_start = time
+        if not self.open:
+            self.attempt_start = time
+        self.open += 1
         self.outcome = "running"
         self.finished = None
 
-    def end(self, time: float, outcome: Outcome, error: BaseException | None) -> None:
-        if self.attempt_start is not None:
+    def end(
+        self, time: float, outcome: Outcome, error: BaseException | None, attempt: int = 0
+    ) -> None:
+        if outcome == "succeeded" and attempt and self.hedges:
+            self.won_by = attempt  # the call that won a hedged round
+        if self.open:
+            self.open -= 1
+        if self.attempt_start is not None and not self.open:
+            # Overlapping attempts (a hedged round) count once: from the first start to
+            # the last end.
             self.in_attempts += time - self.attempt_start
             self.attempt_start = None
         self.outcome = outcome
@@ -340,6 +365,8 @@ class _Track:
             rejections=self.rejections,
             fallback=self.fallback,
             cached=self.cached,
+            hedges=self.hedges,
+            won_by=self.won_by,
         )
 
 
@@ -366,6 +393,8 @@ def _record_shared_event(track: _Track, kind: str, time: float) -> None:
         track.outcome = "waiting"
     elif kind == "bulkhead_rejected" or kind == "circuit_rejected":
         track.rejections += 1
+    elif kind == "hedge_started":
+        track.hedges += 1
     elif kind == "fallback_used":
         track.fallback = True
         track.outcome = "succeeded"
@@ -485,7 +514,7 @@ class RunReport:
             if event.clipped:
                 track.clipped += 1
         elif kind in _FORWARD_END:
-            track.end(time, _FORWARD_END[kind], event.error)
+            track.end(time, _FORWARD_END[kind], event.error, event.attempt)
         elif kind == "retry_scheduled" or kind == "release_retry_scheduled":
             track.outcome = "waiting"
             track.finished = None

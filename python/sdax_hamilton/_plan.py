@@ -897,6 +897,7 @@ def _runtime(
         bulkhead=spec.bulkhead,
         breaker=spec.breaker,
         fallback=spec.fallback,
+        hedge=spec.hedge,
     )
 
 

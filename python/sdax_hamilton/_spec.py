@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ._core import Policy
 
 if TYPE_CHECKING:
+    from ._latency import Hedging
     from ._resilience import Bulkhead, CircuitBreaker
 
 
@@ -86,3 +87,6 @@ class NodeSpec:
     """Called with the failure when the node has failed for good (docs/resilience.md)."""
     in_thread: bool = False
     """Each attempt runs ``call`` in a worker thread (``execution(in_thread=True)``)."""
+    hedge: Hedging | None = None
+    """Hedged calls (``execution(hedge_after=)``, docs/hedging.md), with this Driver's
+    latency window of the node when ``hedge_after`` is a ``Latency``."""

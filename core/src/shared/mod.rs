@@ -51,6 +51,10 @@ pub enum SharedError {
     MinSamples(i64),
     /// `initial` not finite or below 0.
     Initial(f64),
+    /// `hedge_after` (a number) not finite or below 0.
+    HedgeAfter(f64),
+    /// `hedges` below 1.
+    Hedges(i64),
 }
 
 impl SharedError {
@@ -69,6 +73,8 @@ impl SharedError {
             SharedError::Percentile(_) => "percentile",
             SharedError::MinSamples(_) => "min_samples",
             SharedError::Initial(_) => "initial",
+            SharedError::HedgeAfter(_) => "hedge_after",
+            SharedError::Hedges(_) => "hedges",
         }
     }
 
@@ -95,6 +101,11 @@ impl SharedError {
             SharedError::Initial(_) => {
                 "initial must be a finite number greater than or equal to 0 (seconds)"
             }
+            SharedError::HedgeAfter(_) => {
+                "hedge_after must be a finite number greater than or equal to 0 (seconds), \
+                 a Latency, or None"
+            }
+            SharedError::Hedges(_) => "hedges must be an integer of at least 1",
         }
     }
 
@@ -104,14 +115,16 @@ impl SharedError {
             | SharedError::MaxWaiting(v)
             | SharedError::MinCalls(v)
             | SharedError::Probes(v)
-            | SharedError::MinSamples(v) => v.to_string(),
+            | SharedError::MinSamples(v)
+            | SharedError::Hedges(v) => v.to_string(),
             SharedError::FailureRatio(v)
             | SharedError::Window(v)
             | SharedError::BreakFor(v)
             | SharedError::Ratio(v)
             | SharedError::MinPerSecond(v)
             | SharedError::Percentile(v)
-            | SharedError::Initial(v) => v.to_string(),
+            | SharedError::Initial(v)
+            | SharedError::HedgeAfter(v) => v.to_string(),
         }
     }
 }

@@ -20,6 +20,7 @@ from .._declarations import Acquisition
 from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
 from .cache import CacheRun
 from .guards import Guards
+from .hedging import Hedger
 from .jobs import Job, JobTable
 from .record import FailureRecord
 from .reporter import Reporter
@@ -64,6 +65,7 @@ class Calls:
         "_arguments",
         "_clipped",
         "_guards",
+        "_hedger",
         "_jobs",
         "_loop",
         "_reporter",
@@ -110,6 +112,7 @@ class Calls:
         self.kwargs: list[dict[str, Any] | None] = [None] * n  # read at attempt 0, retries reuse
         self.timers: Timers | None = None  # attempt timeouts and retry waits, when first used
         self._guards: Guards | None = None  # the shared objects at work (``guards``)
+        self._hedger: Hedger | None = None  # hedged rounds (``hedger``)
         # The run's lookups and stores (``cache.py``), when the plan caches nodes.
         self.cache = None if jobs.cache is None else CacheRun(jobs.cache, self, loop)
 
@@ -145,6 +148,13 @@ class Calls:
         if guards is None:
             guards = self._guards = Guards(self, self._loop)
         return guards
+
+    def hedger(self) -> Hedger:
+        """The run's hedged rounds (``hedging.py``), made on first use."""
+        hedger = self._hedger
+        if hedger is None:
+            hedger = self._hedger = Hedger(self, self._loop)
+        return hedger
 
     @property
     def guards_made(self) -> Guards | None:
@@ -257,6 +267,8 @@ class Calls:
             return True
         if not job.guarded:
             return False
+        if job.node.hedge is not None:
+            self.hedger().number(attempt)
         if self.guards().admit(attempt):  # else rejected, or waiting for a permit
             self.call(attempt, job, kwargs)
         return True
@@ -269,6 +281,9 @@ class Calls:
             self.report().guarded_attempt_started(
                 job.id, attempt.number + 1, self.was_clipped(job, attempt.number), wait, state
             )
+        if job.node.hedge is not None:
+            self.hedger().begin(attempt, kwargs)  # the call is a hedged round
+            return
         try:
             result = job.node.call(**kwargs)
         except BaseException as exc:

@@ -41,8 +41,8 @@ class Job:
     release: ReleaseRuntime | None
     """For a release job: the release it calls (``None`` for a node that owns nothing)."""
     guarded: bool = False
-    """A forward job naming a bulkhead or a breaker: its attempts are admitted by
-    ``guards.Guards`` before the call."""
+    """A forward job naming a bulkhead, a breaker or hedging: its attempts are admitted by
+    ``guards.Guards`` before the call (a hedged one's call is a round, ``hedging.py``)."""
 
 
 class PlanCache:
@@ -108,7 +108,7 @@ class JobTable(tuple[Job, ...]):
                 node.retryable,
                 node.retry_after,
                 None,
-                node.bulkhead is not None or node.breaker is not None,
+                node.bulkhead is not None or node.breaker is not None or node.hedge is not None,
             )
             for i, node in enumerate(nodes)
         ]

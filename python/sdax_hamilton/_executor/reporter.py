@@ -357,11 +357,29 @@ class Reporter:
         if self._observers is not None:
             self._observers.emit("deadline_expired", self._name(job), number, error=error)
 
-    def attempt_cancelled(self, job: int, number: int, error: BaseException | None = None) -> None:
+    def attempt_cancelled(
+        self,
+        job: int,
+        number: int,
+        error: BaseException | None = None,
+        reason: str | None = None,
+    ) -> None:
         """The run's abort ended the attempt (``error``: what it raised meanwhile, if not its
-        cancellation), or it never began."""
+        cancellation), or it never began; ``reason`` ``"lost to attempt N"``: a hedged
+        round's loser, drained."""
         if self._observers is not None:
-            self._observers.emit("attempt_cancelled", self._name(job), number, error=error)
+            self._observers.emit(
+                "attempt_cancelled", self._name(job), number, error=error, reason=reason
+            )
+
+    def hedge_started(self, job: int, number: int) -> None:
+        """A hedged round starts another call, attempt ``number`` (docs/hedging.md)."""
+        if self._debug:
+            logger.debug(
+                "%s: hedge started (attempt %d)", self._subject(job), number, extra=self._extra(job)
+            )
+        if self._observers is not None:
+            self._observers.emit("hedge_started", self._name(job), number)
 
     def attempt_self_cancelled(self, job: int, number: int, error: BaseException) -> None:
         """The attempt ended in a ``CancelledError`` none of ours caused: a failure."""

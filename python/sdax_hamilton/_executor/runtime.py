@@ -11,6 +11,7 @@ from typing import Any, Final
 
 from .. import _core
 from .._declarations import Acquisition
+from .._latency import Hedging
 from .._resilience import Bulkhead, CircuitBreaker
 from .._types import split_check
 
@@ -62,6 +63,8 @@ class NodeRuntime:
     """The shared circuit breaker that admits its attempts and records their outcomes."""
     fallback: Callable[[BaseException], Any] | None = None
     """Its value once it has failed for good, unless the run is stopping."""
+    hedge: Hedging | None = None
+    """Its hedged rounds (``hedging.py``), when ``execution(hedge_after=)`` names them."""
 
 
 def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
@@ -80,7 +83,9 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
                 output_type=node.output_type,
                 owned=node.release is not None,
                 positional=not node.defaults and _takes_positionally(node.call, node.args),
-                declined=node.bulkhead is not None or node.breaker is not None,
+                declined=node.bulkhead is not None
+                or node.breaker is not None
+                or node.hedge is not None,
             )
             for node in nodes
         ],

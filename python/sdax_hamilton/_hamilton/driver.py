@@ -67,6 +67,27 @@ def _check_fallbacks(nodes: Mapping[str, NodeSpec]) -> None:
             )
 
 
+def _check_hedges(nodes: Mapping[str, NodeSpec]) -> None:
+    """A resource is acquired once per run: a second call would acquire another
+    (docs/hedging.md)."""
+    for name, spec in nodes.items():
+        if spec.hedge is None:
+            continue
+        if spec.release is not None or spec.ownership_required:
+            raise ValueError(
+                f"Node {name} ({spec.origin}) is an owned acquisition and cannot hedge: a "
+                "second call would acquire a second resource; drop hedge_after, or hedge a "
+                "node that takes the resource as an argument"
+            )
+        if spec.borrows:
+            raise ValueError(
+                f"Node {name} ({spec.origin}) borrows from "
+                f"{_messages.names(spec.borrows)} and cannot hedge: its calls would share "
+                "the run's resource; drop hedge_after, or hedge a node that takes the "
+                "resource as an argument"
+            )
+
+
 def _modules(modules: tuple[ModuleType, ...]) -> tuple[ModuleType, ...]:
     if not modules or not all(isinstance(module, ModuleType) for module in modules):
         raise TypeError(
@@ -146,6 +167,7 @@ class Driver:
             unique, values, hamilton_nodes, allow_module_overrides=allow_module_overrides
         )
         _check_fallbacks(self._nodes)
+        _check_hedges(self._nodes)
         self._cache: Cache | None = None
         if cache is not None:
             from .caching import build_cache

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import _declarations
+from .._latency import Hedging, Latency
 from .._spec import InputSpec, NodeSpec
 from .._types import compatible, validate_type
 from . import admitted, bindings
@@ -150,6 +151,17 @@ def _input(
     )
 
 
+def _hedging(declaration: _declarations.ExecutionDeclaration) -> Hedging | None:
+    """The node's hedging for one Driver: a ``Latency`` gets a window of its own here, one
+    per node and Driver (docs/hedging.md)."""
+    after = declaration.hedge_after
+    if after is None:
+        return None
+    if isinstance(after, Latency):
+        return Hedging(None, after._new_window(), declaration.hedges, declaration.policy.timeout)
+    return Hedging(after, None, declaration.hedges, declaration.policy.timeout)
+
+
 def specs(
     by_name: Mapping[str, Generated],
     placement: Placement,
@@ -188,5 +200,6 @@ def specs(
             breaker=None if guard is None else guard.breaker,
             fallback=None if guard is None else guard.fallback,
             in_thread=name in placement.threaded,
+            hedge=None if guard is None else _hedging(guard),
         )
     return table

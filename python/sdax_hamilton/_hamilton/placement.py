@@ -28,8 +28,8 @@ class Placement:
     ownership: frozenset[str]
     """Actual calls of shutdown-declared functions (each must be owned when selected)."""
     guarded: dict[str, _declarations.ExecutionDeclaration]
-    """Node -> its ``execution`` declaration, for nodes naming a bulkhead, a breaker or a
-    fallback (docs/resilience.md)."""
+    """Node -> its ``execution`` declaration, for nodes naming a bulkhead, a breaker, a
+    fallback (docs/resilience.md) or hedging (docs/hedging.md)."""
     threaded: frozenset[str] = frozenset()
     """Nodes whose attempts run in a worker thread (``execution(in_thread=True)``)."""
 
@@ -80,7 +80,12 @@ def place(
                         "node one execution(...) (check the declarations' target_)"
                     )
                 policies[name] = found.policy
-                if found.bulkhead or found.breaker or found.fallback:
+                if (
+                    found.bulkhead
+                    or found.breaker
+                    or found.fallback
+                    or found.hedge_after is not None
+                ):
                     guarded[name] = found
                 if found.in_thread:
                     threaded.add(name)

@@ -90,7 +90,7 @@ class _Attempt:
 class _Run:
     span: Span | None
     context: Context | None
-    attempts: dict[tuple[str, bool], _Attempt] = field(default_factory=dict)
+    attempts: dict[tuple[str, bool, int], _Attempt] = field(default_factory=dict)
 
 
 class SpanObserver:
@@ -185,9 +185,10 @@ class SpanObserver:
         span.end()
 
 
-def _key(event: RunEvent) -> tuple[str, bool]:
-    """An attempt's key in its run: the node, and whether the call is its release."""
-    return (event.node, event.kind.startswith("release_"))
+def _key(event: RunEvent) -> tuple[str, bool, int]:
+    """An attempt's key in its run: the node, whether the call is its release, and the
+    attempt's number (a hedged round's calls overlap, docs/hedging.md)."""
+    return (event.node, event.kind.startswith("release_"), event.attempt)
 
 
 def _add_run_event(span: Span, event: RunEvent) -> None:
