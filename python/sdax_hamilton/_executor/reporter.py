@@ -11,6 +11,13 @@ around the whole-run calls (``context.py``) to it.
 
 Jobs are the core's job ids, read through the plan's ``JobTable``. Attempt numbers are
 1-based, as in logs and events.
+
+A run creates its reporter on first use. It asks :meth:`Reporter.wants_attempts` once and
+skips the per-attempt calls of a successful run (``attempt_started``, ``attempt_returned``,
+``attempt_succeeded``) when nobody wants them, and the whole-run calls (``run_started``,
+``shutdown_started``, ``run_finished``) when there are no observers (nothing logs them): a
+run that nobody watches and that does not fail never creates one. Every other call is made
+whenever its moment happens (failures, retries, timeouts: they log).
 """
 
 from __future__ import annotations
@@ -45,14 +52,6 @@ class Reporter:
     Every record it logs carries the run's id and the node as ``LogRecord`` attributes
     ``run_id`` and ``node`` (``None`` for a record about the whole run), the id the run's
     events (``RunEvent.run``) and Hamilton graph hooks get (docs/logging.md).
-
-    A run creates its reporter on first use. It asks :meth:`wants_attempts` once and skips
-    the per-attempt calls of a successful run (``attempt_started``, ``attempt_returned``,
-    ``attempt_succeeded``) when nobody wants them, and the whole-run calls
-    (``run_started``, ``shutdown_started``, ``run_finished``) when there are no observers
-    (nothing logs them): a run that nobody watches and that does not fail never creates
-    one. Every other call is made whenever its moment happens (failures, retries,
-    timeouts: they log).
 
     Observers are called through ``observers.Observers``: an observer's exception never
     escapes into the run, and a ``KeyboardInterrupt`` / ``SystemExit`` goes to
