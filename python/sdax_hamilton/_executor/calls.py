@@ -63,22 +63,22 @@ class Calls:
         "__weakref__",
         "_acquisitions",
         "_arguments",
-        "_clipped",
         "_guards",
         "_hedger",
-        "_jobs",
         "_loop",
         "_reporter",
-        "_run",
         "_run_id",
         "_values",
-        "_watch",
         "cache",
+        "clipped",
+        "jobs",
         "kwargs",
         "record",
+        "run",
         "table",
         "task",
         "timers",
+        "watching",
     )
 
     task: asyncio.Task[Any]  # the phase's task (forward or shutdown), while it runs
@@ -96,15 +96,15 @@ class Calls:
         record: FailureRecord | None,
         run_id: str | None,
     ) -> None:
-        self._jobs = jobs
+        self.jobs = jobs
         self._run_id = run_id  # the id a reporter made here gives the run's log records
         self._arguments = jobs.calling.arguments
-        self._run = run
+        self.run = run
         self._loop = loop
         self._values = values
         self._acquisitions = acquisitions  # per owned forward job: what its release gets
-        self._clipped = clipped  # per forward job: the attempt whose START was clipped
-        self._watch = watch  # someone wants to hear about every attempt
+        self.clipped = clipped  # per forward job: the attempt whose START was clipped
+        self.watching = watch  # someone wants to hear about every attempt
         self._reporter = reporter
         self.record = record  # the run's failure record, made when something first fails
         self.table = AttemptTable(len(jobs))
@@ -120,7 +120,7 @@ class Calls:
         """The run's reporter: its own (observers), else one made on first use (the log's)."""
         reporter = self._reporter
         if reporter is None:
-            reporter = self._reporter = Reporter(self._jobs, None, self._loop, None, self._run_id)
+            reporter = self._reporter = Reporter(self.jobs, None, self._loop, None, self._run_id)
         return reporter
 
     def failures(self) -> FailureRecord:
@@ -160,32 +160,13 @@ class Calls:
     def guards_made(self) -> Guards | None:
         return self._guards
 
-    @property
-    def run(self) -> _core.Run:
-        return self._run
-
-    @property
-    def watching(self) -> bool:
-        """Someone wants to hear about every attempt."""
-        return self._watch
-
-    @property
-    def jobs(self) -> JobTable:
-        return self._jobs
-
-    @property
-    def clipped(self) -> list[int] | None:
-        """Per forward job, the attempt cut short by the run's deadline (``None``: the run
-        has none)."""
-        return self._clipped
-
     def execute(self, commands: Sequence[_core.Command]) -> None:
         """Carry out ``commands`` in order, now."""
         for op, job, attempt, arg in commands:
             if op == _START:
-                self._start(self._jobs[job], attempt, arg)
+                self._start(self.jobs[job], attempt, arg)
             elif op == _CARRIED:
-                self._carried(self._jobs[job], attempt, arg)
+                self._carried(self.jobs[job], attempt, arg)
             elif op == _SLEEP:
                 self._timers().sleep(job, arg or 0.0)
             elif op == _CANCEL:
@@ -193,14 +174,14 @@ class Calls:
             elif op == _STOP_SLEEP:
                 if self.timers is not None:  # else no wait was ever armed
                     self.timers.stop_sleep(job)
-                self.report().retry_cancelled(job, self._run.attempts(job))
+                self.report().retry_cancelled(job, self.run.attempts(job))
             elif op == _START_CLIPPED:
-                clipped = self._clipped
+                clipped = self.clipped
                 assert clipped is not None  # only a run with a deadline is clipped
                 clipped[job] = attempt
-                self._start(self._jobs[job], attempt, arg)
+                self._start(self.jobs[job], attempt, arg)
             elif op == _EXPIRE:
-                self.table.post((_EXPIRED, self._jobs[job], attempt))
+                self.table.post((_EXPIRED, self.jobs[job], attempt))
             elif op == _NO_ROOM or op == _BAD_HINT or op == _NO_BUDGET or op == _FALLBACK:
                 pass  # why a failure is final, or a fallback: read by ``Outcomes``
             else:  # pragma: no cover - contract violation by the core
@@ -208,7 +189,7 @@ class Calls:
 
     def was_clipped(self, job: Job, attempt_number: int) -> bool:
         """Whether that forward attempt's START was clipped to the run's deadline."""
-        clipped = self._clipped
+        clipped = self.clipped
         return clipped is not None and job.forward and clipped[job.id] == attempt_number
 
     def _start(self, job: Job, attempt_number: int, timeout: float | None) -> None:
@@ -228,7 +209,7 @@ class Calls:
                 attempt, job, kwargs, timeout
             ):
                 return
-            if self._watch:
+            if self.watching:
                 self.report().attempt_started(
                     job.id, attempt_number + 1, self.was_clipped(job, attempt_number)
                 )
@@ -242,7 +223,7 @@ class Calls:
             if release is None:  # pragma: no cover - contract violation by the core
                 raise RuntimeError(f"sdax_hamilton internal error: no release for {job.name!r}")
             record = self._acquisitions[job.owner]
-            if self._watch:
+            if self.watching:
                 self.report().attempt_started(job.id, attempt_number + 1)
             try:
                 result = release.call(Acquisition() if record is None else record)
@@ -276,7 +257,7 @@ class Calls:
     def call(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None:
         """Call a guarded forward job's function for an admitted ``attempt`` now
         (``_start``'s call, with what its bulkhead and breaker did)."""
-        if self._watch:
+        if self.watching:
             wait, state = self.guards().admitted(attempt)
             self.report().guarded_attempt_started(
                 job.id, attempt.number + 1, self.was_clipped(job, attempt.number), wait, state
