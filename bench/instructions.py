@@ -8,8 +8,11 @@ executes, interpreter included; nothing else in the process calls them. Run it u
 valgrind; ``--report`` reads the output:
 
     valgrind --tool=callgrind --callgrind-out-file=OUT python bench/instructions.py \\
-        SHAPE SIZE [-n N] [--policy] [--before DIR ...]
+        SHAPE SIZE [-n N] [--policy [--guards]] [--before DIR ...]
     python bench/instructions.py --report OUT [-n N]
+
+``--guards`` adds one ``Bulkhead(100)`` and one ``CircuitBreaker()``, shared by every node, to
+each node's policy (``bench/guards.py`` has the same variant, timed).
 
 Runners: the floor (``floor.py``), ours, and each ``--before DIR`` (as in
 ``per_request.py``). SHAPE SIZE as in ``shapes.py`` (``chain 3``, ``resources 1``). The
@@ -21,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import dataclasses
 import gc
 import itertools
 import re
@@ -60,8 +64,32 @@ def _inside(wrapper: str, batch: Callable[[], None]) -> None:
         collections.deque(itertools.accumulate([0, 0], lambda _a, _b: batch()), maxlen=0)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Guarded(shapes.Case):
+    """A case whose policies also name a shared bulkhead and breaker (``--guards``)."""
+
+    @property
+    def module_name(self) -> str:
+        return super().module_name + "_guards"
+
+
+def _guarded(case: shapes.Case) -> shapes.Case:
+    imports = "from sdax_hamilton import Acquisition, execution, shutdown"
+    source = case.source.replace(
+        imports,
+        imports + "\nfrom sdax_hamilton import Bulkhead, CircuitBreaker\n\n"
+        "BULKHEAD = Bulkhead(100)\nBREAKER = CircuitBreaker()",
+    ).replace(shapes.POLICY, shapes.POLICY[:-1] + ", bulkhead=BULKHEAD, breaker=BREAKER)")
+    fields = {f.name: getattr(case, f.name) for f in dataclasses.fields(case)}
+    return _Guarded(**{**fields, "source": source})
+
+
 def measure(args: argparse.Namespace) -> None:
     case = shapes.build(args.shape, args.size, args.policy)
+    if args.guards:
+        if not args.policy:
+            raise SystemExit("--guards goes with --policy")
+        case = _guarded(case)
     shapes.write(case)
     module = shapes.load(case)
     loop = asyncio.new_event_loop()
@@ -108,6 +136,7 @@ def main() -> None:
     parser.add_argument("size", nargs="?", type=int)
     parser.add_argument("-n", type=int, default=2000, help="executes per runner")
     parser.add_argument("--policy", action="store_true")
+    parser.add_argument("--guards", action="store_true", help="a bulkhead and a breaker too")
     parser.add_argument("--before", action="append", default=[], metavar="DIR")
     parser.add_argument("--report", metavar="OUT")
     args = parser.parse_args()

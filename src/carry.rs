@@ -24,6 +24,17 @@
 //! A timeout cannot expire while a call runs without suspending (timers need the loop), so
 //! a START with one is carried out too; only a suspended call needs its timer.
 //!
+//! A node with a bulkhead or a circuit breaker (docs/resilience.md) is carried out too when
+//! its attempt can be admitted at once: the breaker closed and a permit free with nobody
+//! queued (`CircuitBreaker::admit_if_closed`, `Bulkhead::try_acquire_free` in
+//! core/src/shared/). Otherwise nothing is taken and the START stays a command: the driver
+//! admits it (python/sdax_hamilton/_executor/guards.py), which may queue it, reject it or let
+//! it through as a probe. A carried attempt that is over gives its permit back and its
+//! success to the breaker here; a permit passed on to a waiter is woken through the
+//! carrier's `wake`, and a breaker transition becomes a `CARRIED_BREAKER` command for the
+//! driver to log. One handed back says it was admitted (`HandBack.admitted`): the driver
+//! gives its permit back and records its outcome when it ends, as for one it admitted.
+//!
 //! This decides nothing: which job starts is the core's; what each outcome means is the
 //! driver's (`outcomes.py`), which sees every failure.
 
@@ -35,6 +46,7 @@ use pyo3::{PyTraverseError, PyVisit};
 
 use crate::check::Check;
 use crate::seq::items;
+use crate::shared::{admit_at_once, end_unprobed, PyBulkhead, PyCircuitBreaker};
 
 /// The opcode of a carried START handed back (outside the core's `Op` range).
 pub(crate) const CARRIED: u8 = 0x80;
@@ -47,6 +59,19 @@ pub(crate) const AWAITABLE: u32 = 3;
 /// An input check raised (a `KeyboardInterrupt` out of a metaclass's `__instancecheck__`,
 /// say; an `Exception` only fails the check): nothing was called.
 pub(crate) const REJECTED: u32 = 4;
+
+/// The opcode telling the driver that a carried attempt's outcome changed its breaker's
+/// state: `(CARRIED_BREAKER, job, 0, transition)`, the transition as `CircuitBreaker.record`
+/// names it. The run's commands come after it.
+pub(crate) const CARRIED_BREAKER: u8 = 0x81;
+
+/// What a guarded node's carried attempt holds.
+struct Admitted {
+    /// The permit of this bulkhead.
+    permit: bool,
+    /// Admitted by this breaker, closed (no probe).
+    breaker: bool,
+}
 
 /// How to call one forward node inline.
 struct NodeCall {
@@ -64,9 +89,11 @@ struct NodeCall {
     /// it is called with them positionally (no keyword dictionary to build and unpack);
     /// the index into `args` of each check's keyword.
     positional: Option<Vec<usize>>,
-    /// Its calls are admitted by a bulkhead or a circuit breaker first, which the driver
-    /// does (python/sdax_hamilton/_executor/guards.py): its STARTs stay commands.
+    /// Its STARTs stay commands: the driver carries them out.
     declined: bool,
+    /// The shared bulkhead and breaker that admit its attempts.
+    bulkhead: Option<Py<PyBulkhead>>,
+    breaker: Option<Py<PyCircuitBreaker>>,
 }
 
 type CheckSpec = (Py<PyString>, Py<PyAny>, bool);
@@ -84,6 +111,8 @@ pub(crate) struct CarriedNode {
     owned: bool,
     positional: bool,
     declined: bool,
+    bulkhead: Option<Py<PyBulkhead>>,
+    breaker: Option<Py<PyCircuitBreaker>>,
 }
 
 #[pymethods]
@@ -93,9 +122,10 @@ impl CarriedNode {
     /// is_class)``; ``output_check``: ``(check, is_class)`` or ``None``; ``owned``: it
     /// owns an acquisition; ``positional``: ``args`` are the function's first parameters,
     /// in order (``_takes_positionally``); ``declined``: the driver carries out its
-    /// STARTs (a bulkhead or a breaker admits each attempt first).
+    /// STARTs; ``bulkhead``, ``breaker``: the shared objects (their ``_core``) that admit
+    /// each of its attempts first.
     #[new]
-    #[pyo3(signature = (*, call, name, args, defaults, checks, output_check, output_type, owned, positional, declined=false))]
+    #[pyo3(signature = (*, call, name, args, defaults, checks, output_check, output_type, owned, positional, declined=false, bulkhead=None, breaker=None))]
     #[allow(clippy::too_many_arguments)]
     fn py_new(
         call: Py<PyAny>,
@@ -108,6 +138,8 @@ impl CarriedNode {
         owned: bool,
         positional: bool,
         declined: bool,
+        bulkhead: Option<Py<PyBulkhead>>,
+        breaker: Option<Py<PyCircuitBreaker>>,
     ) -> PyResult<Self> {
         let args = items(args, "CarriedNode: args")?;
         let checks = items(checks, "CarriedNode: checks")?;
@@ -122,6 +154,8 @@ impl CarriedNode {
             owned,
             positional,
             declined,
+            bulkhead,
+            breaker,
         })
     }
 
@@ -147,6 +181,12 @@ impl CarriedNode {
         if let Some((check, _)) = &self.output_check {
             visit.call(check)?;
         }
+        if let Some(bulkhead) = &self.bulkhead {
+            visit.call(bulkhead)?;
+        }
+        if let Some(breaker) = &self.breaker {
+            visit.call(breaker)?;
+        }
         visit.call(&self.output_type)
     }
 }
@@ -160,13 +200,18 @@ pub(crate) struct PyCarrier {
     isawaitable: Py<PyAny>,
     coroutine_type: Py<PyAny>,
     monotonic: Py<PyAny>,
+    /// `wake(bulkhead, waiter)`: wake the waiter a carried attempt's permit went to.
+    wake: Option<Py<PyAny>>,
 }
 
 #[pymethods]
 impl PyCarrier {
     /// `nodes[i]`: how to call active node `i` (a `CarriedNode`); `releases[i]`: its
-    /// release function or `None`.
+    /// release function or `None`; `wake(bulkhead, waiter)`: wakes the waiter a permit
+    /// given back by a carried attempt went to (required when a node has a bulkhead).
     #[new]
+    #[pyo3(signature = (nodes, releases, acquisition, isawaitable, coroutine_type, monotonic, *, wake=None))]
+    #[allow(clippy::too_many_arguments)]
     fn py_new(
         py: Python<'_>,
         nodes: &Bound<'_, PyAny>,
@@ -175,8 +220,14 @@ impl PyCarrier {
         isawaitable: Py<PyAny>,
         coroutine_type: Py<PyAny>,
         monotonic: Py<PyAny>,
+        wake: Option<Py<PyAny>>,
     ) -> PyResult<Self> {
         let nodes: Vec<PyRef<'_, CarriedNode>> = items(nodes, "Carrier: nodes")?;
+        if wake.is_none() && nodes.iter().any(|node| node.bulkhead.is_some()) {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "Carrier: a node has a bulkhead but no wake function was given",
+            ));
+        }
         let releases: Vec<Option<Py<PyAny>>> = items(releases, "Carrier: releases")?;
         if releases.len() != nodes.len() {
             return Err(pyo3::exceptions::PyValueError::new_err(format!(
@@ -196,6 +247,7 @@ impl PyCarrier {
             isawaitable,
             coroutine_type,
             monotonic,
+            wake,
         })
     }
 
@@ -248,6 +300,12 @@ impl PyCarrier {
             if let Some(check) = &node.output_check {
                 visit.call(check.object())?;
             }
+            if let Some(bulkhead) = &node.bulkhead {
+                visit.call(bulkhead)?;
+            }
+            if let Some(breaker) = &node.breaker {
+                visit.call(breaker)?;
+            }
             visit.call(&node.output_type)?;
         }
         for release in self.releases.iter().flatten() {
@@ -256,7 +314,11 @@ impl PyCarrier {
         visit.call(&self.acquisition)?;
         visit.call(&self.isawaitable)?;
         visit.call(&self.coroutine_type)?;
-        visit.call(&self.monotonic)
+        visit.call(&self.monotonic)?;
+        if let Some(wake) = &self.wake {
+            visit.call(wake)?;
+        }
+        Ok(())
     }
 }
 
@@ -315,6 +377,8 @@ pub(crate) struct Back<'py> {
     pub(crate) yielded: Option<Bound<'py, PyAny>>,
     pub(crate) kwargs: Option<Bound<'py, PyAny>>,
     pub(crate) cancelling: Option<i64>,
+    /// A guarded node's attempt admitted by the carrier.
+    pub(crate) admitted: bool,
 }
 
 impl<'py> Back<'py> {
@@ -326,6 +390,7 @@ impl<'py> Back<'py> {
             yielded: None,
             kwargs,
             cancelling: None,
+            admitted: false,
         }
     }
 }
@@ -356,6 +421,11 @@ pub(crate) struct HandBack {
     /// counts from there); `None` otherwise.
     #[pyo3(get)]
     started: Option<Py<PyAny>>,
+    /// A guarded node's attempt the carrier admitted: it holds a permit of the node's
+    /// bulkhead and was let through by its closed breaker (no probe); the driver gives the
+    /// permit back and records the outcome when it ends.
+    #[pyo3(get)]
+    admitted: bool,
 }
 
 impl HandBack {
@@ -372,6 +442,7 @@ impl HandBack {
             cancelling: back.cancelling,
             timeout,
             started: started.map(Bound::unbind),
+            admitted: back.admitted,
         }
     }
 }
@@ -393,7 +464,10 @@ impl HandBack {
     }
 
     fn __repr__(&self) -> String {
-        format!("<HandBack how={} timeout={:?}>", self.how, self.timeout)
+        format!(
+            "<HandBack how={} timeout={:?} admitted={}>",
+            self.how, self.timeout, self.admitted
+        )
     }
 }
 
@@ -468,6 +542,8 @@ impl NodeCall {
             owned: spec.owned,
             positional,
             declined: spec.declined,
+            bulkhead: spec.bulkhead.as_ref().map(|b| b.clone_ref(py)),
+            breaker: spec.breaker.as_ref().map(|b| b.clone_ref(py)),
         })
     }
 
@@ -608,12 +684,14 @@ impl PyCarrier {
         }
     }
 
-    /// Carry out the first attempt of forward job `job`.
+    /// Carry out the first attempt of forward job `job`. A transition of its breaker its
+    /// outcome caused is pushed on `transitions` for the driver to log.
     pub(crate) fn call_node<'py>(
         &self,
         py: Python<'py>,
         job: usize,
         carrying: &Carrying,
+        transitions: &mut Vec<(u32, &'static str)>,
     ) -> PyResult<Carried<'py>> {
         let values = carrying.values.bind(py);
         let Some(node) = self.nodes.get(job) else {
@@ -622,28 +700,108 @@ impl PyCarrier {
         if node.declined {
             return Ok(Carried::Declined);
         }
-        let call = node.call.bind(py);
         // What a check raised (it is not a failed check) ends the attempt before the call.
         let rejected = |e: PyErr| Carried::HandBack(Back::plain(REJECTED, exception(e, py), None));
-        let (passed, settled) = match &node.positional {
-            Some(indexes) => {
-                let args = match node.positional_args(values, indexes) {
-                    Ok(Some(args)) => args,
-                    Ok(None) => return Ok(Carried::Declined),
-                    Err(e) => return Ok(rejected(e)),
-                };
-                let settled = self.settle(py, call.call1(&args));
-                (Passed::Positional(args), settled)
+        let passed = match &node.positional {
+            Some(indexes) => match node.positional_args(values, indexes) {
+                Ok(Some(args)) => Passed::Positional(args),
+                Ok(None) => return Ok(Carried::Declined),
+                Err(e) => return Ok(rejected(e)),
+            },
+            None => match node.kwargs(values) {
+                Ok(Some(kwargs)) => Passed::Keywords(kwargs),
+                Ok(None) => return Ok(Carried::Declined),
+                Err(e) => return Ok(rejected(e)),
+            },
+        };
+        if node.bulkhead.is_none() && node.breaker.is_none() {
+            return self.call_passed(py, job, node, carrying, passed);
+        }
+        let Some(admitted) = self.admit(py, node)? else {
+            return Ok(Carried::Declined); // nothing taken: the driver admits it
+        };
+        match self.call_passed(py, job, node, carrying, passed) {
+            Ok(Carried::HandBack(mut back)) => {
+                back.admitted = true; // the driver ends what it holds
+                Ok(Carried::HandBack(back))
             }
-            None => {
-                let kwargs = match node.kwargs(values) {
-                    Ok(Some(kwargs)) => kwargs,
-                    Ok(None) => return Ok(Carried::Declined),
-                    Err(e) => return Ok(rejected(e)),
-                };
-                let settled = self.settle(py, call.call((), Some(&kwargs)));
-                (Passed::Keywords(kwargs), settled)
+            Ok(Carried::Done) => {
+                let transition = self.end_admitted(py, node, &admitted, true)?;
+                if let Some(transition) = transition {
+                    transitions.push((job as u32, transition));
+                }
+                Ok(Carried::Done)
             }
+            other => {
+                // Not called after all (`call_passed` never declines), or our own
+                // bookkeeping failed: nothing to record, the permit still goes back.
+                self.end_admitted(py, node, &admitted, false)?;
+                other
+            }
+        }
+    }
+
+    /// Admit an attempt of a guarded node at once, or take nothing (`None`): the breaker
+    /// first (a rejected attempt takes no permit), then the bulkhead
+    /// (`crate::shared::admit_at_once`).
+    fn admit(&self, py: Python<'_>, node: &NodeCall) -> PyResult<Option<Admitted>> {
+        let now: f64 = match &node.breaker {
+            Some(_) => self.monotonic.bind(py).call0()?.extract()?,
+            None => 0.0, // a bulkhead alone reads no clock
+        };
+        let bulkhead = node.bulkhead.as_ref().map(Py::get);
+        let breaker = node.breaker.as_ref().map(Py::get);
+        if !admit_at_once(bulkhead, breaker, now) {
+            return Ok(None);
+        }
+        Ok(Some(Admitted {
+            permit: bulkhead.is_some(),
+            breaker: breaker.is_some(),
+        }))
+    }
+
+    /// A carried attempt admitted by `admit` is over: its permit goes back (to a waiter,
+    /// woken, or to the pool) and, when `succeeded`, its success to the breaker; the
+    /// breaker's transition, if it made one.
+    fn end_admitted(
+        &self,
+        py: Python<'_>,
+        node: &NodeCall,
+        admitted: &Admitted,
+        succeeded: bool,
+    ) -> PyResult<Option<&'static str>> {
+        let bulkhead = node.bulkhead.as_ref().filter(|_| admitted.permit);
+        let breaker = node.breaker.as_ref().filter(|_| admitted.breaker);
+        let now: f64 = match (breaker, succeeded) {
+            (Some(_), true) => self.monotonic.bind(py).call0()?.extract()?,
+            _ => 0.0, // nothing to record
+        };
+        let (waiter, transition) = end_unprobed(
+            bulkhead.map(Py::get),
+            breaker.map(Py::get),
+            now,
+            succeeded.then_some(true),
+        )?;
+        if let (Some(waiter), Some(bulkhead), Some(wake)) = (waiter, bulkhead, &self.wake) {
+            wake.bind(py).call1((bulkhead, waiter))?;
+        }
+        Ok(transition)
+    }
+
+    /// Call forward job `job` with its arguments and go on with what it returned.
+    fn call_passed<'py>(
+        &self,
+        py: Python<'py>,
+        job: usize,
+        node: &NodeCall,
+        carrying: &Carrying,
+        passed: Passed<'py>,
+    ) -> PyResult<Carried<'py>> {
+        let values = carrying.values.bind(py);
+        let call = node.call.bind(py);
+        let settled = match &passed {
+            Passed::Positional(args) => self.settle(py, call.call1(args)),
+            Passed::Keywords(kwargs) => self.settle(py, call.call((), Some(kwargs))),
         };
         // A hand-back carries the keyword arguments (the driver's retries use them).
         let value = match settled {
@@ -656,6 +814,7 @@ impl PyCarrier {
                     yielded,
                     kwargs,
                     cancelling: None,
+                    admitted: false,
                 }));
             }
         };
@@ -735,6 +894,7 @@ impl PyCarrier {
                 yielded,
                 kwargs: None,
                 cancelling: stepped.then_some(before),
+                admitted: false,
             })
         };
         let (value, stepped) = match self.settle(py, release.bind(py).call1((record,))) {

@@ -56,6 +56,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CARRIED_SUSPENDED", carry::SUSPENDED)?;
     m.add("CARRIED_AWAITABLE", carry::AWAITABLE)?;
     m.add("CARRIED_REJECTED", carry::REJECTED)?;
+    m.add("CARRIED_BREAKER", carry::CARRIED_BREAKER)?;
     m.add_class::<PyPolicy>()?;
     m.add_class::<PyGraph>()?;
     m.add_class::<PyPlan>()?;
@@ -77,5 +78,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
     m.add_function(wrap_pyfunction!(is_number, m)?)?;
     m.add_function(wrap_pyfunction!(step::has_room, m)?)?;
+    m.add_function(wrap_pyfunction!(shared::py_admit_at_once, m)?)?;
+    m.add_function(wrap_pyfunction!(shared::py_end_unprobed, m)?)?;
     Ok(())
 }

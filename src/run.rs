@@ -9,7 +9,7 @@ use pyo3::{PyTraverseError, PyVisit};
 
 use sdax_core::{Command, Failure, Hint, Op, Run};
 
-use crate::carry::{Carried, Carrying, HandBack, PyCarrier, CARRIED};
+use crate::carry::{Carried, Carrying, HandBack, PyCarrier, CARRIED, CARRIED_BREAKER};
 use crate::graph::PyPlan;
 use crate::policy::{number_repr, read_number, type_name};
 use crate::shared::{BudgetGate, PyRetryBudget};
@@ -100,7 +100,9 @@ pub(crate) struct PyRun {
 impl PyRun {
     /// The core's commands, after carrying out the lone STARTs among them while a carrier
     /// is attached (src/carry.rs): a START the carrier declines stays a command; one it
-    /// hands back becomes the only command, ``(CARRIED, job, 0, HandBack)``.
+    /// hands back becomes the only command, ``(CARRIED, job, 0, HandBack)``. Breaker
+    /// transitions the carried attempts caused come first, ``(CARRIED_BREAKER, job, 0,
+    /// transition)``.
     fn carried<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let Some(carrying) = self.carrying.as_ref() else {
             return self.commands(py);
@@ -108,6 +110,7 @@ impl PyRun {
         let carrying = carrying.clone_ref(py);
         let carrier = carrying.carrier.get();
         let n = carrier.forward_count();
+        let mut transitions: Vec<(u32, &'static str)> = Vec::new();
         while let [c] = self.out[..] {
             if c.op != Op::Start || c.attempt != 0 || !self.core.lone() {
                 break;
@@ -118,7 +121,7 @@ impl PyRun {
                 None => None,
             };
             let outcome = if job < n {
-                carrier.call_node(py, job, &carrying)?
+                carrier.call_node(py, job, &carrying, &mut transitions)?
             } else {
                 carrier.call_release(py, job - n, &carrying)?
             };
@@ -133,11 +136,33 @@ impl PyRun {
                 Carried::HandBack(back) => {
                     self.out.clear();
                     let handed = Py::new(py, HandBack::new(back, c.arg, started))?;
-                    return PyList::new(py, [(CARRIED, c.job, c.attempt, handed)]);
+                    let list = Self::transitions(py, &transitions)?;
+                    list.append((CARRIED, c.job, c.attempt, handed))?;
+                    return Ok(list);
                 }
             }
         }
-        self.commands(py)
+        if transitions.is_empty() {
+            return self.commands(py);
+        }
+        let list = Self::transitions(py, &transitions)?;
+        for c in self.out.drain(..) {
+            list.append((c.op as u8, c.job, c.attempt, c.arg))?;
+        }
+        Ok(list)
+    }
+
+    /// ``(CARRIED_BREAKER, job, 0, transition)`` for each transition.
+    fn transitions<'py>(
+        py: Python<'py>,
+        transitions: &[(u32, &'static str)],
+    ) -> PyResult<Bound<'py, PyList>> {
+        PyList::new(
+            py,
+            transitions
+                .iter()
+                .map(|&(job, t)| (CARRIED_BREAKER, job, 0u32, t)),
+        )
     }
 
     /// Whether the commands just decided refuse the hint of `job` (BAD_HINT).

@@ -208,6 +208,19 @@ impl PyBulkhead {
     }
 }
 
+/// What the inline carrier asks of a bulkhead (src/carry.rs).
+impl PyBulkhead {
+    /// A permit if one is free with nobody queued; `false` changes nothing.
+    pub(crate) fn acquire_free(&self) -> bool {
+        locked(&self.inner).try_acquire_free()
+    }
+
+    /// Give a carried attempt's permit back: the waiter it went to (wake it), or `None`.
+    pub(crate) fn give_back(&self) -> PyResult<Option<u64>> {
+        self.release()
+    }
+}
+
 // ------------------------------------------------------------------------ CircuitBreaker
 
 /// docs/contract.md#circuit-breaker: closed, open for `break_for`, half-open with up to `probes`
@@ -333,6 +346,82 @@ impl PyCircuitBreaker {
             g.probes()
         )
     }
+}
+
+/// What the inline carrier asks of a breaker (src/carry.rs).
+impl PyCircuitBreaker {
+    /// Admitted at `now` without a probe if closed; `false` changes nothing.
+    pub(crate) fn admit_if_closed(&self, now: f64) -> bool {
+        locked(&self.inner).admit_if_closed(now)
+    }
+
+    /// The outcome of an attempt admitted by `admit_if_closed`: the transition it caused.
+    pub(crate) fn record_unprobed(&self, now: f64, success: bool) -> Option<&'static str> {
+        transition_str(locked(&self.inner).record(now, success, None))
+    }
+}
+
+// ------------------------------------------------------------------------ admission at once
+
+/// Admit an attempt at `now` without waiting and without a probe, or take nothing: its
+/// breaker (if any) closed (`CircuitBreaker::admit_if_closed`), then a permit of its
+/// bulkhead (if any) free with nobody queued (`Bulkhead::try_acquire_free`). `false`: the
+/// caller admits it the way that may queue, refuse it or let it through as a probe.
+pub(crate) fn admit_at_once(
+    bulkhead: Option<&PyBulkhead>,
+    breaker: Option<&PyCircuitBreaker>,
+    now: f64,
+) -> bool {
+    if let Some(breaker) = breaker {
+        if !breaker.admit_if_closed(now) {
+            return false;
+        }
+    }
+    // A closed breaker's admission holds nothing: a full bulkhead leaves it so.
+    bulkhead.is_none_or(|bulkhead| bulkhead.acquire_free())
+}
+
+/// An attempt admitted without a probe is over: the permit it holds goes back to
+/// `bulkhead` (if given) and `success` (if not `None`) to `breaker` (if given). The waiter
+/// the permit went to (wake it) and the breaker's transition, if any.
+pub(crate) fn end_unprobed(
+    bulkhead: Option<&PyBulkhead>,
+    breaker: Option<&PyCircuitBreaker>,
+    now: f64,
+    success: Option<bool>,
+) -> PyResult<(Option<u64>, Option<&'static str>)> {
+    let waiter = match bulkhead {
+        Some(bulkhead) => bulkhead.give_back()?,
+        None => None,
+    };
+    let transition = match (breaker, success) {
+        (Some(breaker), Some(success)) => breaker.record_unprobed(now, success),
+        _ => None,
+    };
+    Ok((waiter, transition))
+}
+
+/// `admit_at_once` for the driver (python/sdax_hamilton/_executor/guards.py): one crossing.
+#[pyfunction]
+#[pyo3(name = "admit_at_once", signature = (bulkhead, breaker, now))]
+pub(crate) fn py_admit_at_once(
+    bulkhead: Option<PyRef<'_, PyBulkhead>>,
+    breaker: Option<PyRef<'_, PyCircuitBreaker>>,
+    now: f64,
+) -> bool {
+    admit_at_once(bulkhead.as_deref(), breaker.as_deref(), now)
+}
+
+/// `end_unprobed` for the driver: `(waiter or None, transition or None)`.
+#[pyfunction]
+#[pyo3(name = "end_unprobed", signature = (bulkhead, breaker, now, success))]
+pub(crate) fn py_end_unprobed(
+    bulkhead: Option<PyRef<'_, PyBulkhead>>,
+    breaker: Option<PyRef<'_, PyCircuitBreaker>>,
+    now: f64,
+    success: Option<bool>,
+) -> PyResult<(Option<u64>, Option<&'static str>)> {
+    end_unprobed(bulkhead.as_deref(), breaker.as_deref(), now, success)
 }
 
 // ------------------------------------------------------------------------ RetryBudget

@@ -662,3 +662,72 @@ async def test_a_run_carried_alone_ends_in_one_call_and_lets_its_task_go(
     commands = run.begin_shutdown_or_finish()
     assert commands is not None and [c[0] for c in commands] == [_core.START]
     assert not run.finished
+
+
+def _guarded_source() -> str:
+    """``SOURCE`` with every node (releases aside) admitted by one shared bulkhead and one
+    shared breaker that never opens: the carried run admits its lone first attempts in the
+    core, the observed one in the driver (``guards.py``)."""
+    lines = SOURCE.replace(
+        "from sdax_hamilton import Acquisition, execution, shutdown",
+        "from sdax_hamilton import Acquisition, Bulkhead, CircuitBreaker, execution, shutdown\n\n"
+        "BULKHEAD = Bulkhead(2, max_waiting=4)\n"
+        "BREAKER = CircuitBreaker(min_calls=1000)",
+    ).splitlines()
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        previous = lines[i - 1] if i else ""
+        if line.startswith(("def ", "async def ")) and not previous.startswith("@"):
+            out.append("@execution(bulkhead=BULKHEAD, breaker=BREAKER)")
+        elif line.startswith("@execution("):
+            line = line.replace("@execution(", "@execution(bulkhead=BULKHEAD, breaker=BREAKER, ")
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("output", "prepare"),
+    [
+        ("query", {}),
+        ("suspends", {}),
+        ("future", {}),
+        ("flaky", {}),
+        ("sync_boom", {}),
+        ("async_boom", {}),
+        ("wrong_type", {}),
+        ("self_cancelling", {}),
+        ("interrupted", {}),
+        ("uses_handle", {}),
+        ("uses_self_cancelled", {}),
+        ("uses_async_cancelled", {}),
+        ("consumer", {"check_outputs": False}),
+    ],
+)
+async def test_guarded_nodes_end_alike_carried_or_driven(
+    output: str, prepare: dict[str, Any], make_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = make_module(_guarded_source())
+    counted = _Counted(monkeypatch)
+    breaker, bulkhead = module.BREAKER, module.BULKHEAD
+    outcomes: list[tuple[int, int]] = []
+    plan = Driver(module).prepare([output], **prepare)
+    runs = []
+    for observer in (None, _ignore):
+        module.LOG.clear()
+        module.CALLS.clear()
+        before = breaker._core.outcomes(time.monotonic())
+        try:
+            runs.append(("result", await plan.execute(inputs=INPUTS, observer=observer)))
+        except BaseException as exc:  # compared below, whatever it is
+            runs.append(("raised", exc))
+        runs[-1] = (*runs[-1], list(module.LOG))
+        after = breaker._core.outcomes(time.monotonic())
+        outcomes.append((after[0] - before[0], after[1] - before[1]))
+        # Every permit back, whichever way the attempts were admitted and ended.
+        assert (bulkhead.in_use, bulkhead.waiting) == (0, 0)
+    _same(runs[0], runs[1])
+    # The breaker heard the same outcomes from both runs.
+    assert outcomes[0] == outcomes[1]
+    assert breaker.state == "closed"
+    if output == "query":  # the driver called the observed run's five functions only
+        assert counted.starts == 5

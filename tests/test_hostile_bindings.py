@@ -661,6 +661,35 @@ def _carried(
     )
 
 
+def test_a_carried_node_with_a_bulkhead_needs_a_wake_and_the_core_s_objects() -> None:
+    """A permit a carried attempt gives back may go to a waiter, which only ``wake`` can
+    wake: a carrier without one is refused; a bulkhead or breaker must be the core's."""
+
+    def f(x: int) -> int:
+        return x
+
+    def node(**guards: Any) -> Any:
+        return _core.CarriedNode(
+            call=f, name="f", args=[("x", "x")], defaults=None, checks=[], output_check=None,
+            output_type=int, owned=False, positional=True, **guards,
+        )  # fmt: skip
+
+    bulkhead = _core.Bulkhead(1, 0, None)
+    breaker = _core.CircuitBreaker(0.5, 20, 30.0, 5.0, 1, None)
+    with pytest.raises(ValueError, match="no wake function"):
+        _core.Carrier([node(bulkhead=bulkhead)], [None], object, callable, type(None), float)
+    carrier = _core.Carrier(
+        [node(bulkhead=bulkhead, breaker=breaker)],
+        [None], object, callable, type(None), float, wake=print,
+    )  # fmt: skip
+    assert len(carrier) == 1
+    _core.Carrier([node(breaker=breaker)], [None], object, callable, type(None), float)
+    with pytest.raises(TypeError):
+        node(bulkhead=breaker)
+    with pytest.raises(TypeError):
+        node(breaker=object())
+
+
 class Lying(list[Any]):
     """A list whose ``__len__`` claims ``claimed`` items (pyo3 would size a vector by it)."""
 

@@ -169,3 +169,125 @@ async def test_campaign(make_module: Any) -> None:
     print(f"resilience campaign hits: {dict(hits)}")
     missing = {k: (hits[k], n) for k, n in MINIMUM_HITS.items() if hits[k] < n}
     assert not missing, f"situations reached (got, wanted): {missing}; all hits: {dict(hits)}"
+
+
+# ------------------------------------------------------------------ carried by the core
+#
+# Runs without observers nor a run timeout have their lone first attempts carried out by
+# the core's ``Run`` (src/carry.rs): a guarded one there when admitted at once, by the
+# driver otherwise. A chain, so that first attempts are lone: ``a`` async (suspends: handed
+# back admitted), ``b`` a plain function (over inside the core, which gives its permit
+# back and records its outcome), concurrent runs sharing the bulkhead and the breaker.
+
+CARRIED_SOURCE = """
+import asyncio
+from sdax_hamilton import Bulkhead, CircuitBreaker, execution
+
+BULKHEAD = Bulkhead({limit}, max_waiting={waiting})
+BREAKER = CircuitBreaker(min_calls={min_calls}, failure_ratio=0.5, window=5.0, break_for={brk})
+SCRIPT: dict[tuple[int, str], list[str]] = {{}}
+DRIVER = [False]  # set while the driver's own START calls a function
+CARRIED_DONE = [0]
+RUNNING = [0]
+PEAK = [0]
+
+
+def _next(run: int, node: str) -> str:
+    steps = SCRIPT.get((run, node)) or ["ok"]
+    return steps.pop(0) if len(steps) > 1 else steps[0]
+
+
+@execution(bulkhead=BULKHEAD, breaker=BREAKER, retries=2, initial_delay=0.002,
+           fallback=lambda exc: 0)
+async def a(run: int) -> int:
+    kind = _next(run, "a")
+    RUNNING[0] += 1
+    PEAK[0] = max(PEAK[0], RUNNING[0])
+    try:
+        await asyncio.sleep(0.002 if kind == "slow" else 0)
+        if kind == "fail":
+            raise ConnectionError("a")
+        return 1
+    finally:
+        RUNNING[0] -= 1
+
+
+@execution(bulkhead=BULKHEAD, breaker=BREAKER, retries=1, initial_delay=0.002)
+def b(a: int, run: int) -> int:
+    if RUNNING[0] + 1 > PEAK[0]:
+        PEAK[0] = RUNNING[0] + 1
+    if _next(run, "b") == "fail":
+        raise ConnectionError("b")
+    if not DRIVER[0]:
+        CARRIED_DONE[0] += 1
+    return a + 1
+"""
+
+CARRIED_MINIMUM = {"carried and over": 20, "handed back admitted": 20, "left to the driver": 10}
+
+
+async def _carried_scenario(
+    seed: int, make_module: Any, counts: Counter[str], monkeypatch: Any
+) -> None:
+    rng = random.Random(seed)
+    limit = rng.choice((1, 2))
+    module = make_module(
+        CARRIED_SOURCE.format(
+            limit=limit,
+            waiting=rng.choice((0, 1, 3, 5)),
+            min_calls=rng.choice((2, 4)),
+            brk=rng.choice((0.005, 0.02)),
+        )
+    )
+    from sdax_hamilton._executor.calls import Calls
+    from sdax_hamilton._executor.guards import Guards
+
+    original_start, original_carried = Calls._start, Guards.carried
+
+    def start(calls: Any, job: Any, attempt: int, timeout: Any) -> None:
+        if job.guarded and not attempt:
+            counts["left to the driver"] += 1
+        module.DRIVER[0] = True
+        try:
+            original_start(calls, job, attempt, timeout)
+        finally:
+            module.DRIVER[0] = False
+
+    def carried(guards: Any, attempt: Any) -> None:
+        counts["handed back admitted"] += 1
+        original_carried(guards, attempt)
+
+    monkeypatch.setattr(Calls, "_start", start)
+    monkeypatch.setattr(Guards, "carried", carried)
+    plan = Driver(module).prepare(["b"])
+    runs = rng.randint(2, 8)
+    kinds = ["ok", "ok", "ok", "slow", "fail"]
+    tasks = []
+    for run in range(runs):
+        module.SCRIPT[(run, "a")] = [rng.choice(kinds) for _ in range(3)]
+        module.SCRIPT[(run, "b")] = [rng.choice(("ok", "ok", "fail")) for _ in range(2)]
+        tasks.append(asyncio.ensure_future(plan.execute(inputs={"run": run})))
+        if rng.random() < 0.5:
+            await asyncio.sleep(rng.uniform(0.0, 0.003))
+    for task in tasks:
+        if rng.random() < 0.2:
+            asyncio.get_running_loop().call_later(rng.uniform(0.0, 0.005), task.cancel)
+    outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+    for outcome in outcomes:
+        if isinstance(outcome, dict):
+            assert outcome["b"] in (1, 2)  # a's 1 or its fallback's 0, plus 1
+        else:
+            assert isinstance(outcome, ExecutionError | asyncio.CancelledError), outcome
+    assert (module.BULKHEAD.in_use, module.BULKHEAD.waiting) == (0, 0), seed
+    assert module.PEAK[0] <= limit, seed
+    counts["carried and over"] += module.CARRIED_DONE[0]
+    monkeypatch.undo()
+
+
+async def test_campaign_carried_by_the_core(make_module: Any, monkeypatch: Any) -> None:
+    counts: Counter[str] = Counter()
+    for seed in range(SCENARIOS):
+        await _carried_scenario(seed, make_module, counts, monkeypatch)
+    print(f"carried campaign counts: {dict(counts)}")
+    missing = {k: (counts[k], n) for k, n in CARRIED_MINIMUM.items() if counts[k] < n}
+    assert not missing, f"situations reached (got, wanted): {missing}; all: {dict(counts)}"

@@ -456,3 +456,29 @@ def test_threads_never_exceed_the_budget() -> None:
     # Allowed: 0.1 * 4000 + 1.0 * 3600 = 4000; every thread asks for more than that.
     assert retries <= 4000
     assert retries >= 3990
+
+
+def test_admission_at_once_takes_everything_or_nothing() -> None:
+    from sdax_hamilton import _core
+
+    bulkhead = Bulkhead(1, max_waiting=1)
+    breaker = CircuitBreaker(min_calls=1, break_for=60.0)
+    now = time.monotonic()
+    assert _core.admit_at_once(bulkhead._core, breaker._core, now)
+    assert (bulkhead.in_use, bulkhead.waiting) == (1, 0)
+    # The bulkhead full: nothing taken, nobody queued (the driver's own admission queues).
+    assert not _core.admit_at_once(bulkhead._core, breaker._core, now)
+    assert (bulkhead.in_use, bulkhead.waiting) == (1, 0)
+    # Over: the permit back, the failure recorded (min_calls=1 opens the breaker).
+    assert _core.end_unprobed(bulkhead._core, breaker._core, now, False) == (None, "open")
+    assert bulkhead.in_use == 0 and breaker.state == "open"
+    # Open: refused before the bulkhead is asked, which stays untouched.
+    assert not _core.admit_at_once(bulkhead._core, breaker._core, now)
+    assert bulkhead.in_use == 0
+    assert _core.admit_at_once(bulkhead._core, None, now)
+    # A permit given back with a waiter queued goes to it.
+    assert bulkhead._core.try_acquire() == 0
+    assert _core.end_unprobed(bulkhead._core, None, now, None) == (0, None)
+    assert bulkhead._core.claim(0)
+    assert bulkhead._core.release() is None
+    assert (bulkhead.in_use, bulkhead.waiting) == (0, 0)

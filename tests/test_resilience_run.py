@@ -752,9 +752,9 @@ async def query(i: int) -> int:
     assert {s.attributes["sdax_hamilton.breaker_state"] for s in spans} == {"closed"}  # type: ignore[index]
 
 
-async def test_only_guarded_nodes_leave_the_core_s_inline_carrying(
-    make_module: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _count_driver_starts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the jobs whose STARTs the driver carries out (``Calls._start``), as
+    opposed to those the core's ``Run`` carries out inline (src/carry.rs)."""
     from sdax_hamilton._executor.calls import Calls
     from sdax_hamilton._executor.jobs import Job
 
@@ -766,28 +766,160 @@ async def test_only_guarded_nodes_leave_the_core_s_inline_carrying(
         original(calls, job, attempt, timeout)
 
     monkeypatch.setattr(Calls, "_start", counting)
+    return started
+
+
+async def test_guarded_nodes_admitted_at_once_are_carried_by_the_core(
+    make_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = _count_driver_starts(monkeypatch)
     module = make_module(
         """
-from sdax_hamilton import Bulkhead, execution
+from sdax_hamilton import Bulkhead, CircuitBreaker, execution
 
 BULKHEAD = Bulkhead(1)
+BREAKER = CircuitBreaker(min_calls=5)
 
 def a(x: int) -> int:
     return x + 1
 
-@execution(bulkhead=BULKHEAD)
+@execution(bulkhead=BULKHEAD, breaker=BREAKER)
 def b(a: int) -> int:
     return a + 1
 
-@execution(fallback=lambda exc: 0)
-def c(b: int) -> int:
+@execution(fallback=lambda exc: 0, breaker=BREAKER)
+async def c(b: int) -> int:
     return b + 1
 """
     )
     plan = Driver(module).prepare(["c"])
     assert await plan.execute(inputs={"x": 1}) == {"c": 4}
-    assert started == ["b"]  # a and c (a fallback is no reason) are carried by the core
-    assert module.BULKHEAD.in_use == 0
+    assert await plan.execute(inputs={"x": 2}) == {"c": 5}
+    # The permit free and the breaker closed: every attempt was admitted, called and
+    # ended by the core; the permits are back and the successes recorded.
+    assert started == []
+    assert (module.BULKHEAD.in_use, module.BULKHEAD.waiting) == (0, 0)
+    assert module.BREAKER._core.outcomes(time.monotonic()) == (4, 0)
+
+
+async def test_a_guarded_attempt_not_admitted_at_once_is_the_driver_s(
+    make_module: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started = _count_driver_starts(monkeypatch)
+    module = make_module(
+        """
+from sdax_hamilton import Bulkhead, CircuitBreaker, execution
+
+BULKHEAD = Bulkhead(1, max_waiting=1)
+BREAKER = CircuitBreaker(min_calls=1, break_for=60.0)
+FAIL = [False]
+
+@execution(bulkhead=BULKHEAD, breaker=BREAKER)
+def b(x: int) -> int:
+    if FAIL[0]:
+        raise ConnectionError("down")
+    return x + 1
+"""
+    )
+    plan = Driver(module).prepare(["b"])
+    # Someone holds the permit: the attempt waits for it in the driver, which admits it
+    # once the permit comes back.
+    assert module.BULKHEAD._core.try_acquire() == "granted"
+    run = asyncio.ensure_future(plan.execute(inputs={"x": 1}))
+    while module.BULKHEAD.waiting != 1:
+        await asyncio.sleep(0)
+    assert started == ["b"]
+    from sdax_hamilton._executor import permits
+
+    permits.give_back(module.BULKHEAD)  # to the waiter, woken
+    assert await run == {"b": 2}
+    # A carried attempt that fails is handed back admitted: the driver gives its permit
+    # back and records the failure, which opens the breaker (min_calls=1).
+    started.clear()
+    module.FAIL[0] = True
+    with pytest.raises(ExecutionError) as caught:
+        await plan.execute(inputs={"x": 1})
+    assert isinstance(caught.value.exceptions[0], ConnectionError)
+    assert started == []
+    assert module.BREAKER.state == "open"
+    # Open: the core takes nothing and the driver rejects the attempt.
+    with pytest.raises(ExecutionError) as caught:
+        await plan.execute(inputs={"x": 1})
+    assert isinstance(caught.value.exceptions[0], CircuitOpen)
+    assert started == ["b"]
+    assert (module.BULKHEAD.in_use, module.BULKHEAD.waiting) == (0, 0)
+
+
+async def test_a_carried_success_that_opens_the_breaker_is_logged(
+    make_module: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    module = make_module(
+        """
+from sdax_hamilton import CircuitBreaker, execution
+
+BREAKER = CircuitBreaker(failure_ratio=0.5, min_calls=2, name="db")
+FAIL = [True]
+
+@execution(breaker=BREAKER)
+def b(x: int) -> int:
+    if FAIL[0]:
+        raise ConnectionError("down")
+    return x + 1
+"""
+    )
+    plan = Driver(module).prepare(["b"])
+    with pytest.raises(ExecutionError):
+        await plan.execute(inputs={"x": 1})
+    assert module.BREAKER.state == "closed"  # one outcome of the two it needs
+    module.FAIL[0] = False
+    with caplog.at_level(logging.INFO, logger="sdax_hamilton"):
+        # A success carried by the core: one failure in two is the ratio, and it opens.
+        assert await plan.execute(inputs={"x": 1}) == {"b": 2}
+    assert module.BREAKER.state == "open"
+    opened = [r for r in caplog.records if "circuit breaker 'db' opened" in r.getMessage()]
+    assert len(opened) == 1 and opened[0].levelno == logging.WARNING
+
+
+def test_a_permit_given_back_by_a_carried_call_wakes_a_waiter_on_another_thread(
+    make_module: Any,
+) -> None:
+    import threading
+
+    module = make_module(
+        """
+import threading
+import time
+from sdax_hamilton import Bulkhead, execution
+
+BULKHEAD = Bulkhead(1, max_waiting=1)
+HOLDING = threading.Event()
+
+@execution(bulkhead=BULKHEAD)
+def query(i: int) -> int:
+    # A plain function: the core's Run calls it and gives its permit back itself.
+    if i == 0:
+        HOLDING.set()
+        deadline = time.monotonic() + 5
+        while BULKHEAD.waiting != 1 and time.monotonic() < deadline:
+            time.sleep(0.001)
+    return i
+"""
+    )
+    plan = Driver(module).prepare(["query"])
+    results: dict[int, Any] = {}
+
+    def run(i: int) -> None:
+        results[i] = loop_support.run(plan.execute(inputs={"i": i}))
+
+    holder = threading.Thread(target=run, args=(0,))
+    holder.start()
+    assert module.HOLDING.wait(5)
+    waiter = threading.Thread(target=run, args=(1,))
+    waiter.start()
+    holder.join(10)
+    waiter.join(10)
+    assert results == {0: {"query": 0}, 1: {"query": 1}}
+    assert (module.BULKHEAD.in_use, module.BULKHEAD.waiting) == (0, 0)
 
 
 def test_a_permit_released_on_one_loop_wakes_a_waiter_on_another_thread(make_module: Any) -> None:

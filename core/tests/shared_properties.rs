@@ -24,6 +24,17 @@ fn in_window(at: f64, now: f64, window: f64) -> bool {
     b <= n && b > n - BUCKETS
 }
 
+/// A retry as the budget counts it: one bucket longer than `in_window`.
+fn in_wide_window(at: f64, now: f64, window: f64) -> bool {
+    let (b, n) = (bucket(at, window), bucket(now, window));
+    b <= n && b >= n - BUCKETS
+}
+
+/// docs/contract.md#retry-budget read literally: within the trailing `window` seconds.
+fn in_exact_window(at: f64, now: f64, window: f64) -> bool {
+    at <= now && now - at < window
+}
+
 // ---------------------------------------------------------------- breaker
 
 #[derive(Clone, Debug)]
@@ -31,6 +42,8 @@ enum BreakerOp {
     /// Advance the clock by this many milliseconds.
     Tick(u16),
     Admit,
+    /// `admit_if_closed`: the closed case of `admit`, or nothing at all.
+    AdmitIfClosed,
     /// Finish outstanding attempt `i % len` with this outcome.
     Finish(usize, bool),
     /// Outstanding attempt `i % len` ends without an outcome.
@@ -41,6 +54,7 @@ fn breaker_op() -> impl Strategy<Value = BreakerOp> {
     prop_oneof![
         (0u16..3000).prop_map(BreakerOp::Tick),
         Just(BreakerOp::Admit),
+        Just(BreakerOp::AdmitIfClosed),
         (any::<usize>(), any::<bool>()).prop_map(|(i, ok)| BreakerOp::Finish(i, ok)),
         any::<usize>().prop_map(BreakerOp::Drop),
     ]
@@ -191,6 +205,16 @@ proptest! {
                         (a, m) => prop_assert!(false, "core {:?}, model {:?}", a, m),
                     }
                 }
+                BreakerOp::AdmitIfClosed => {
+                    // Allowed exactly when the model's `admit` would allow without a probe
+                    // and without a transition; refused, nothing changes (the model is not
+                    // asked at all).
+                    let closed = matches!(model.state, ModelState::Closed);
+                    prop_assert_eq!(cb.admit_if_closed(now), closed);
+                    if closed {
+                        out.push((None, None));
+                    }
+                }
                 BreakerOp::Finish(i, ok) if !out.is_empty() => {
                     let (p, mp) = out.remove(i % out.len());
                     prop_assert_eq!(cb.record(now, ok, p), model.record(now, ok, mp));
@@ -246,28 +270,49 @@ proptest! {
         for op in ops {
             let now = now_ms as f64 / 1000.0;
             let count = |v: &Vec<f64>| v.iter().filter(|&&at| in_window(at, now, window)).count() as f64;
+            let wide = |v: &Vec<f64>| v.iter().filter(|&&at| in_wide_window(at, now, window)).count() as f64;
+            let exact = |v: &Vec<f64>| v.iter().filter(|&&at| in_exact_window(at, now, window)).count() as f64;
             let allowance = ratio * count(&firsts) + mps * window;
             match op {
                 BudgetOp::Tick(ms) => now_ms += ms as u64,
                 BudgetOp::Deposit => { b.deposit(now); firsts.push(now); }
                 BudgetOp::Take => {
-                    let fits = count(&retries) + 1.0 <= allowance + 1e-9 * allowance.max(1.0);
+                    let fits = wide(&retries) + 1.0 <= allowance + 1e-9 * allowance.max(1.0);
                     prop_assert_eq!(b.try_take(now), fits);
                     if fits {
                         retries.push(now);
-                        // At the moment a retry is granted, the window holds no more
-                        // retries than the rule allows (later, first attempts expiring
-                        // may leave it over: then nothing more is granted).
-                        prop_assert!(count(&retries) <= allowance + 1e-6);
+                        // At the moment a retry is granted, the exact trailing window holds
+                        // no more retries than the rule allows over it (later, first attempts
+                        // expiring may leave it over: then nothing more is granted).
+                        let exact_allowance = ratio * exact(&firsts) + mps * window;
+                        prop_assert!(
+                            exact(&retries) <= exact_allowance + 1e-6 * exact_allowance.max(1.0),
+                            "{} retries in the window, {} allowed", exact(&retries), exact_allowance
+                        );
                     }
                 }
             }
             let avail = b.available(now);
             prop_assert!(avail >= 0.0);
-            let expected = (ratio * count(&firsts) + mps * window - count(&retries)).max(0.0);
+            let expected = (ratio * count(&firsts) + mps * window - wide(&retries)).max(0.0);
             prop_assert!((avail - expected).abs() < 1e-9, "{} vs {}", avail, expected);
         }
     }
+}
+
+/// A retry is counted for the whole trailing window: the reserve spent at 0.1 s is not
+/// spent again at 10.0 s, when those retries are 9.9 s old (a window counted in buckets
+/// alone would have let them go with their bucket, [0, 0.15625)).
+#[test]
+fn budget_forgets_no_retry_within_the_window() {
+    let mut b = RetryBudget::new(0.0, 1.0, 10.0).unwrap();
+    for _ in 0..10 {
+        assert!(b.try_take(0.1));
+    }
+    assert!(!b.try_take(0.1));
+    assert!(!b.try_take(10.0));
+    assert_eq!(b.available(10.0), 0.0);
+    assert!(b.try_take(10.2)); // 10.1 s old: out of the window
 }
 
 /// Threads racing on one budget at one instant: the retries granted are exactly the
@@ -305,6 +350,8 @@ fn budget_holds_under_threads() {
 #[derive(Clone, Debug)]
 enum BulkOp {
     Acquire,
+    /// `try_acquire_free`: `try_acquire`'s grant, or nothing at all.
+    AcquireFree,
     /// A holder releases.
     Release,
     /// A granted waiter `i % len` claims its permit.
@@ -316,6 +363,7 @@ enum BulkOp {
 fn bulk_op() -> impl Strategy<Value = BulkOp> {
     prop_oneof![
         3 => Just(BulkOp::Acquire),
+        2 => Just(BulkOp::AcquireFree),
         2 => Just(BulkOp::Release),
         2 => any::<usize>().prop_map(BulkOp::Claim),
         1 => any::<usize>().prop_map(BulkOp::Cancel),
@@ -363,6 +411,13 @@ proptest! {
                         prop_assert!(holders + granted.len() as u64 == maxc);
                     }
                 },
+                BulkOp::AcquireFree => {
+                    let free = queue.is_empty() && holders + (granted.len() as u64) < maxc;
+                    prop_assert_eq!(b.try_acquire_free(), free);
+                    if free {
+                        holders += 1;
+                    }
+                }
                 BulkOp::Release if holders > 0 => {
                     holders -= 1;
                     let next = b.release().unwrap();

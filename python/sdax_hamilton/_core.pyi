@@ -59,10 +59,26 @@ CARRIED_SUSPENDED: Final[int]  # = 2: ``payload`` is a coroutine whose first ste
 CARRIED_AWAITABLE: Final[int]  # = 3: the call returned ``payload``, an awaitable to await
 CARRIED_REJECTED: Final[int]  # = 4: an input check raised ``payload`` (a KeyboardInterrupt,
 #                               say): nothing was called; the driver reports bad input
+CARRIED_BREAKER: Final[int]  # = 0x81: the success of a carried attempt of ``job`` changed
+#                              its breaker's state: log it; ``arg`` is the transition
+#                              (``"open"``, ``"closed"``); the run's commands follow
 
 Command = tuple[int, int, int, Any]
-"""``(op, job, attempt, arg)``: ``arg`` is a float or ``None``, or ``CARRIED``'s
-``HandBack``."""
+"""``(op, job, attempt, arg)``: ``arg`` is a float or ``None``, ``CARRIED``'s
+``HandBack``, or ``CARRIED_BREAKER``'s transition."""
+
+def admit_at_once(bulkhead: Bulkhead | None, breaker: CircuitBreaker | None, now: float) -> bool:
+    """Admit an attempt at once, or take nothing (``False``): ``breaker`` (if any) closed,
+    then a permit of ``bulkhead`` (if any) free with nobody queued. Admitted, it holds the
+    permit and no probe: end it with ``end_unprobed``."""
+
+def end_unprobed(
+    bulkhead: Bulkhead | None, breaker: CircuitBreaker | None, now: float, success: bool | None
+) -> tuple[int | None, str | None]:
+    """An attempt admitted without a probe is over: its permit goes back to ``bulkhead``
+    (if given; ``None`` when it holds none) and ``success`` (unless ``None``) to
+    ``breaker``. ``(waiter the permit went to or None, the breaker's transition or
+    None)``."""
 
 @final
 class HandBack:
@@ -92,6 +108,11 @@ class HandBack:
     @property
     def started(self) -> tuple[float, float] | None:
         """``(loop time, monotonic time)`` before the call when it has a timeout."""
+    @property
+    def admitted(self) -> bool:
+        """A guarded node's attempt the ``Run`` admitted: it holds a permit of the node's
+        bulkhead (if any) and its closed breaker (if any) let it through; the driver
+        gives the permit back and records the outcome when it ends."""
 
 @final
 class CarriedNode:
@@ -110,12 +131,15 @@ class CarriedNode:
         owned: bool,
         positional: bool,
         declined: bool = False,
+        bulkhead: Bulkhead | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> CarriedNode:
         """``args``: ``(keyword, value-table key)`` pairs; ``checks``: ``(keyword, check,
         is_class)``; ``output_check``: ``(check, is_class)``; ``owned``: the node owns an
         acquisition; ``positional``: ``args`` are the function's first parameters, in
-        order; ``declined``: its STARTs are left to the driver (a bulkhead or a breaker
-        admits each attempt first)."""
+        order; ``declined``: its STARTs are left to the driver; ``bulkhead``,
+        ``breaker``: the shared objects that admit each of its attempts first (a carried
+        attempt only when admitted at once, src/carry.rs)."""
     @property
     def name(self) -> str: ...
 
@@ -132,11 +156,15 @@ class Carrier:
         isawaitable: Callable[[Any], bool],
         coroutine_type: type,
         monotonic: Callable[[], float],
+        *,
+        wake: Callable[[Bulkhead, int], object] | None = None,
     ) -> Carrier:
         """``nodes[i]``: ``(call, name, args, defaults, checks, output_check, output_type,
         owned, positional)`` of active node ``i``, as in its ``NodeRuntime`` (a check is
         ``(keyword, check, is_class)``, the output check ``(check, is_class)``);
-        ``releases[i]``: its release function or ``None``."""
+        ``releases[i]``: its release function or ``None``; ``wake(bulkhead, waiter)``:
+        wakes the waiter a permit given back by a carried attempt went to (``ValueError``
+        without it when a node has a bulkhead)."""
     def __len__(self) -> int: ...
     def arguments(self, job: int, values: dict[str, Any]) -> dict[str, Any]:
         """The keyword arguments of the first attempt of forward job ``job``, read from

@@ -173,6 +173,7 @@ impl CircuitBreaker {
             transition = Some(Transition::HalfOpened);
         }
         let admission = match &mut self.state {
+            // `admit_if_closed`'s case
             State::Closed => Admission::Allowed { probe: None },
             State::HalfOpen { admitted, .. } if *admitted < self.probes => {
                 *admitted += 1;
@@ -185,6 +186,15 @@ impl CircuitBreaker {
             },
         };
         (admission, transition)
+    }
+
+    /// Admit an attempt at `now` only if [`CircuitBreaker::admit`] would allow it without a
+    /// probe and without a transition, which is when the circuit is closed; otherwise change
+    /// nothing (`false`): the caller then asks `admit`. What an attempt carried out without
+    /// the driver uses (src/carry.rs); its outcome goes to `record` with no probe.
+    pub fn admit_if_closed(&mut self, now: f64) -> bool {
+        self.clock.advance(now);
+        matches!(self.state, State::Closed)
     }
 
     /// The outcome of an allowed attempt: `success`, or a failure the node's policy counts

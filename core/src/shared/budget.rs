@@ -1,7 +1,10 @@
 //! Retry budget (docs/contract.md#retry-budget): each first attempt deposits a token that counts
 //! for `window` seconds; a retry is allowed when the retries taken within the window, this one
 //! included, are at most `ratio` × first attempts within the window + `min_per_second` × `window`.
-//! Both counts are kept in the buckets of `window.rs`.
+//! Both counts are kept in the buckets of `window.rs`, on the safe side of the exact trailing
+//! window: a first attempt counts for at most `window` seconds (at least `window` less one bucket),
+//! a retry for at least `window` seconds (at most one bucket more). So the retries taken within
+//! any trailing `window` never exceed what the rule allows over that exact window.
 //!
 //! The comparison allows a relative slack of 1e-9 so that a product such as
 //! `0.29 × 100` (28.999999999999996 in floating point) allows the 29 retries it means.
@@ -60,7 +63,7 @@ impl RetryBudget {
     }
 
     fn allowance(&self, now: f64) -> (f64, u64) {
-        let (firsts, retries) = self.window.sums(now);
+        let (firsts, retries) = self.window.sums_wide(now);
         (
             self.ratio * firsts as f64 + self.min_per_second * self.window_secs,
             retries,
@@ -90,9 +93,9 @@ impl RetryBudget {
         (allowance - retries as f64).max(0.0)
     }
 
-    /// (first attempts, retries taken) in the window at `now`.
+    /// (first attempts, retries taken) in the window at `now`, as the rule counts them.
     pub fn counts(&mut self, now: f64) -> (u64, u64) {
         let now = self.clock.advance(now);
-        self.window.sums(now)
+        self.window.sums_wide(now)
     }
 }

@@ -98,8 +98,7 @@ impl Bulkhead {
     /// jumps the queue: with waiters queued, a free permit cannot exist (every release
     /// hands its permit to the head).
     pub fn try_acquire(&mut self) -> Acquire {
-        if self.in_use < self.max_concurrent && self.queue.is_empty() {
-            self.in_use += 1;
+        if self.try_acquire_free() {
             Acquire::Granted
         } else if (self.queue.len() as u64) < self.max_waiting {
             let id = self.next_id;
@@ -108,6 +107,18 @@ impl Bulkhead {
             Acquire::Queued(id)
         } else {
             Acquire::Rejected
+        }
+    }
+
+    /// Take a permit only if [`Bulkhead::try_acquire`] would grant one; otherwise change
+    /// nothing (`false`): the caller then asks `try_acquire`, which queues or refuses. What
+    /// an attempt carried out without a chance to wait uses (src/carry.rs).
+    pub fn try_acquire_free(&mut self) -> bool {
+        if self.in_use < self.max_concurrent && self.queue.is_empty() {
+            self.in_use += 1;
+            true
+        } else {
+            false
         }
     }
 

@@ -42,6 +42,7 @@ _CARRIED_RAISED: Final = _core.CARRIED_RAISED
 _CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
 _CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
 _CARRIED_REJECTED: Final = _core.CARRIED_REJECTED
+_CARRIED_BREAKER: Final = _core.CARRIED_BREAKER
 _RETURNED: Final = EventKind.RETURNED
 _RAISED: Final = EventKind.RAISED
 _UNSTARTED: Final = EventKind.UNSTARTED
@@ -184,6 +185,8 @@ class Calls:
                 self.table.post((_EXPIRED, self.jobs[job], attempt))
             elif op == _NO_ROOM or op == _BAD_HINT or op == _NO_BUDGET or op == _FALLBACK:
                 pass  # why a failure is final, or a fallback: read by ``Outcomes``
+            elif op == _CARRIED_BREAKER:
+                self.guards().carried_transition(job, arg)
             else:  # pragma: no cover - contract violation by the core
                 raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
 
@@ -311,6 +314,8 @@ class Calls:
             return
         if job.forward:
             self.kwargs[job.id] = hand.kwargs  # read by its retries
+            if hand.admitted:  # by its bulkhead and breaker: ended as the driver's are
+                self.guards().carried(attempt)
             if job.node.release is not None and self._acquisitions[job.id] is None:
                 self._acquisitions[job.id] = Acquisition()
         else:

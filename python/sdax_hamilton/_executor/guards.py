@@ -8,16 +8,21 @@ does to it, who gets a permit and in which order (core/src/shared/), whether a r
 the budget and when a fallback is called (core/src/run.rs). This module carries them
 out: it reads the clock for them, parks a waiting attempt until its permit comes, and
 wakes the waiter a released permit goes to, on whatever loop or thread it waits.
+
+A lone first attempt that can be admitted at once (its breaker closed, a permit free) is
+admitted, called and, if it is over without the driver, ended by the core's ``Run`` itself
+(src/carry.rs); the driver sees such an attempt only when it is handed back (``carried``),
+when a permit it gave back went to a waiter (``wake``), or when its success changed its
+breaker's state (``carried_transition``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, Protocol, cast
 
 from .. import _core
@@ -26,6 +31,7 @@ from .._resilience import Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen
 from .._types import checker, invalid_output
 from .attempts import Attempt, AttemptState, AttemptTable, EventKind
 from .jobs import Job, JobTable
+from .permits import _lock, _wakers, give_back, wake
 from .reporter import Reporter
 
 
@@ -63,6 +69,8 @@ class FallbackOutcomes(Protocol):
 logger = logging.getLogger("sdax_hamilton")
 
 _monotonic: Final = time.monotonic
+_admit_at_once: Final = _core.admit_at_once
+_end_unprobed: Final = _core.end_unprobed
 _RAISED: Final = EventKind.RAISED
 _UNSTARTED: Final = EventKind.UNSTARTED
 _PERMIT: Final = EventKind.PERMIT
@@ -70,35 +78,6 @@ _FELL_BACK: Final = EventKind.FELL_BACK
 _CANCELLED: Final = AttemptState.CANCELLED
 _TIMED_OUT: Final = AttemptState.TIMED_OUT
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
-
-# Every waiter of every bulkhead in the process: (id of the bulkhead's core, waiter id) ->
-# how to wake it. The lock spans a queueing and its registration, and a release and its
-# look-up, so a permit never goes to a waiter not registered yet.
-_lock: Final = threading.Lock()
-_wakers: Final[dict[tuple[int, int], Callable[[], object]]] = {}
-
-
-def _wake(bulkhead: Bulkhead, waiter: int | None) -> None:
-    """Wake ``waiter`` (a permit went to it); one that can no longer be woken (its loop
-    closed) leaves, and its permit passes on."""
-    while waiter is not None:
-        with _lock:
-            wake = _wakers.pop((id(bulkhead._core), waiter), None)
-        if wake is None:
-            return  # it left meanwhile (its cancellation passes the permit on)
-        try:
-            wake()
-            return
-        except RuntimeError:  # its loop is closed
-            with _lock:
-                waiter = bulkhead._core.cancel_waiter(waiter)
-
-
-def give_back(bulkhead: Bulkhead) -> None:
-    """Return a permit: to the first waiter (woken), or to the pool."""
-    with _lock:
-        waiter = bulkhead._core.release()
-    _wake(bulkhead, waiter)
 
 
 class Held:
@@ -140,6 +119,22 @@ class Guards:
         node = attempt.job.node
         held = Held()
         breaker = node.breaker
+        bulkhead = node.bulkhead
+        # At once (the breaker closed, a permit free) in one call; otherwise nothing was
+        # taken and the attempt is admitted below, where it may queue, be refused or be
+        # let through as a probe.
+        if _admit_at_once(
+            None if bulkhead is None else bulkhead._core,
+            None if breaker is None else breaker._core,
+            _monotonic(),
+        ):
+            if bulkhead is not None:
+                held.bulkhead = bulkhead
+                held.permit = True
+            if breaker is not None:
+                held.state = "closed"
+            self.held[attempt] = held
+            return True
         if breaker is not None:
             admission, transition = breaker._core.admit(_monotonic())
             if transition is not None:
@@ -156,7 +151,6 @@ class Guards:
                 return False
             held.probe = admission  # a probe ticket, or None
             held.state = "closed" if admission is None else "half_open"
-        bulkhead = node.bulkhead
         if bulkhead is not None:
             held.bulkhead = bulkhead
             with _lock:
@@ -192,6 +186,26 @@ class Guards:
             held.permit = True
         self.held[attempt] = held
         return True
+
+    def carried(self, attempt: Attempt) -> None:
+        """The core's ``Run`` admitted ``attempt`` and handed it back (src/carry.rs): it
+        holds a permit of its node's bulkhead, if any, and its node's breaker, if any, let
+        it through closed; it ends as one the driver admitted (``ended``)."""
+        held = Held()
+        node = attempt.job.node
+        if node.bulkhead is not None:
+            held.bulkhead = node.bulkhead
+            held.permit = True
+        if node.breaker is not None:
+            held.state = "closed"
+        self.held[attempt] = held
+
+    def carried_transition(self, job: int, transition: str) -> None:
+        """The success of an attempt of ``job`` the core's ``Run`` carried out changed its
+        breaker's state (src/carry.rs): log it."""
+        breaker = self._calls.jobs[job].node.breaker
+        if breaker is not None:
+            self._transition(breaker, transition)
 
     def _reject(
         self,
@@ -316,7 +330,7 @@ class Guards:
         with _lock:
             _wakers.pop((id(bulkhead._core), waiter), None)
             passed = bulkhead._core.cancel_waiter(waiter)
-        _wake(bulkhead, passed)
+        wake(bulkhead._core, passed)
 
     def abandon(self) -> None:
         """The run's bookkeeping failed: give back everything still held."""
@@ -339,9 +353,22 @@ class Guards:
         held = self.held.pop(attempt, None)
         if held is None:
             return  # rejected: it held nothing
+        breaker = attempt.job.node.breaker
+        if held.probe is None:  # no probe ticket to hand back: one call
+            bulkhead = held.bulkhead if held.permit else None
+            waiter, transition = _end_unprobed(
+                None if bulkhead is None else bulkhead._core,
+                None if breaker is None else breaker._core,
+                _monotonic(),
+                success,
+            )
+            if waiter is not None and bulkhead is not None:
+                wake(bulkhead._core, waiter)
+            if transition is not None and breaker is not None:
+                self._transition(breaker, transition)
+            return
         if held.permit and held.bulkhead is not None:
             give_back(held.bulkhead)
-        breaker = attempt.job.node.breaker
         if breaker is None:
             return
         if success is None:

@@ -21,8 +21,9 @@ from typing import Any, Final, Protocol, cast
 
 from .. import _core
 from .attempts import Attempt, AttemptTable
-from .guards import Guards, _lock, _wake, give_back
+from .guards import Guards
 from .jobs import Job, JobTable
+from .permits import give_back
 from .reporter import Reporter
 from .runtime import TIMEOUT_MESSAGE
 from .verdicts import is_retryable
@@ -47,6 +48,7 @@ class RunCalls(Protocol):
 
 
 _monotonic: Final = time.monotonic
+_admit_at_once: Final = _core.admit_at_once
 _isawaitable: Final = inspect.isawaitable
 
 
@@ -364,16 +366,17 @@ class Hedger:
             if timeout is None or left < timeout:
                 timeout, clipped = left, True
         breaker = node.breaker
-        if breaker is not None and breaker._core.state(_monotonic()) != "closed":
+        bulkhead = node.bulkhead
+        # Its breaker closed and a permit free, or no hedge: never a probe, never queued
+        # (the core's admission at once, which takes nothing when it refuses).
+        if not _admit_at_once(
+            None if bulkhead is None else bulkhead._core,
+            None if breaker is None else breaker._core,
+            _monotonic(),
+        ):
             round_.skip_hedge(now, after)
             return None
-        permit = False
-        bulkhead = node.bulkhead
-        if bulkhead is not None:
-            if not _try_permit(bulkhead):
-                round_.skip_hedge(now, after)
-                return None
-            permit = True
+        permit = bulkhead is not None
         shared = calls.jobs.shared
         budget = None if shared is None else shared[0]
         if budget is not None and not budget._core.try_take(_monotonic()):
@@ -439,18 +442,6 @@ class Hedger:
         if task is not None:
             task.cancel(TIMEOUT_MESSAGE)
         self._calls.report().attempt_timed_out(job.id, member.number + 1, timeout)
-
-
-def _try_permit(bulkhead: Any) -> bool:
-    """Take a free permit of ``bulkhead`` now, never queueing for one."""
-    waiter = None
-    with _lock:
-        got = bulkhead._core.try_acquire()
-        if type(got) is int:  # queued: leave the queue at once
-            waiter = bulkhead._core.cancel_waiter(got)
-    if waiter is not None:  # pragma: no cover - a permit freed meanwhile passes on
-        _wake(bulkhead, waiter)
-    return bool(got == "granted")
 
 
 def _cancelled(error: BaseException) -> bool:

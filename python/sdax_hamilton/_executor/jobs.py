@@ -41,8 +41,10 @@ class Job:
     release: ReleaseRuntime | None
     """For a release job: the release it calls (``None`` for a node that owns nothing)."""
     guarded: bool = False
-    """A forward job naming a bulkhead, a breaker or hedging: its attempts are admitted by
-    ``guards.Guards`` before the call (a hedged one's call is a round, ``hedging.py``)."""
+    """A forward job naming a bulkhead, a breaker or hedging: its attempts are admitted
+    before the call, by ``guards.Guards`` or (a lone first attempt of a node without
+    hedging, admitted at once) by the core's ``Run`` (src/carry.rs); a hedged one's call
+    is a round (``hedging.py``)."""
 
 
 class PlanCache:
@@ -121,7 +123,8 @@ class JobTable(tuple[Job, ...]):
         table = super().__new__(cls, (*forward, *releases))
         table.nodes = nodes
         table.forward_count = n
-        # (A node with a bulkhead or a breaker: its carried node declines, ``carrier_of``.)
+        # (A node with a bulkhead or a breaker is carried only when admitted at once:
+        # ``carrier_of``, src/carry.rs.)
         fallbacks = [i for i, node in enumerate(nodes) if node.fallback is not None]
         table.shared = (
             None if retry_budget is None and not fallbacks else (retry_budget, fallbacks or None)

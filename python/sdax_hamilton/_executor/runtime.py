@@ -14,6 +14,7 @@ from .._declarations import Acquisition
 from .._latency import Hedging
 from .._resilience import Bulkhead, CircuitBreaker
 from .._types import split_check
+from .permits import wake
 
 TIMEOUT_MESSAGE: Final = "sdax_hamilton: the attempt timed out"
 """The message of the cancellation that ends a timed-out attempt: node hooks wrapped around
@@ -70,7 +71,9 @@ class NodeRuntime:
 def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
     """What a plan's runs need to carry out their lone STARTs inside the core's ``Run``
     (src/carry.rs; docs/internals.md, "How the driver carries out STARTs"): each node's
-    call, arguments, checks and release, as the driver would use them."""
+    call, arguments, checks and release, as the driver would use them. A node's bulkhead
+    and breaker admit its carried attempts as the driver's (``guards.py``; a permit
+    the carrier gives back wakes its waiter through ``permits.wake``)."""
     return _core.Carrier(
         [
             _core.CarriedNode(
@@ -83,9 +86,9 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
                 output_type=node.output_type,
                 owned=node.release is not None,
                 positional=not node.defaults and _takes_positionally(node.call, node.args),
-                declined=node.bulkhead is not None
-                or node.breaker is not None
-                or node.hedge is not None,
+                declined=node.hedge is not None,
+                bulkhead=None if node.bulkhead is None else node.bulkhead._core,
+                breaker=None if node.breaker is None else node.breaker._core,
             )
             for node in nodes
         ],
@@ -94,6 +97,7 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
         inspect.isawaitable,
         types.CoroutineType,
         time.monotonic,
+        wake=wake,
     )
 
 
