@@ -33,6 +33,7 @@ from .attempts import Attempt, AttemptState, AttemptTable, EventKind
 from .jobs import Job, JobTable
 from .permits import _lock, _wakers, give_back, wake
 from .reporter import Reporter
+from .runtime import NodeRuntime
 
 
 class RunCalls(Protocol):
@@ -78,6 +79,20 @@ _FELL_BACK: Final = EventKind.FELL_BACK
 _CANCELLED: Final = AttemptState.CANCELLED
 _TIMED_OUT: Final = AttemptState.TIMED_OUT
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+
+
+def breaker_name(breaker: CircuitBreaker, nodes: Sequence[NodeRuntime]) -> str:
+    """How logs and errors name a breaker: its ``name``, else the plan's nodes naming it."""
+    if breaker.name is not None:
+        return repr(breaker.name)
+    return "of " + ", ".join(repr(node.name) for node in nodes if node.breaker is breaker)
+
+
+def bulkhead_name(bulkhead: Bulkhead, attempt: Attempt) -> str:
+    """How errors name a bulkhead: its ``name``, else the attempt's node."""
+    if bulkhead.name is not None:
+        return repr(bulkhead.name)
+    return f"of node {attempt.job.name!r}"
 
 
 class Held:
@@ -164,7 +179,7 @@ class Guards:
             if got == "rejected":
                 self._forget_probe(attempt, held)
                 full = BulkheadFull(
-                    f"bulkhead {self._bulkhead_name(bulkhead, attempt)} is full: "
+                    f"bulkhead {bulkhead_name(bulkhead, attempt)} is full: "
                     f"{bulkhead.max_concurrent} call(s) running, "
                     f"{bulkhead.max_waiting} waiting",
                     bulkhead,
@@ -406,16 +421,7 @@ class Guards:
             )  # fmt: skip
 
     def _breaker_name(self, breaker: CircuitBreaker) -> str:
-        """The breaker's ``name``, else the nodes of this plan naming it."""
-        if breaker.name is not None:
-            return repr(breaker.name)
-        names = [node.name for node in self._calls.jobs.nodes if node.breaker is breaker]
-        return "of " + ", ".join(repr(name) for name in names)
-
-    def _bulkhead_name(self, bulkhead: Bulkhead, attempt: Attempt) -> str:
-        if bulkhead.name is not None:
-            return repr(bulkhead.name)
-        return f"of node {attempt.job.name!r}"
+        return breaker_name(breaker, self._calls.jobs.nodes)
 
     # ------------------------------------------------------------------ fallback
 
