@@ -201,3 +201,59 @@ def test_both_call_paths_read_arguments_in_one_place(
         assert carrier.arguments(0, values) == expected
     with pytest.raises(IndexError):
         carrier.arguments(1, values)
+
+
+PARTS_SOURCE = """
+import asyncio
+from sdax_hamilton import execution
+
+async def left() -> int:
+    await asyncio.sleep(0)
+    return 1
+
+async def right() -> int:
+    await asyncio.sleep(0)
+    return 2
+
+async def both(left: int, right: int) -> int:
+    return left + right
+
+@execution(timeout=30.0)
+async def timed(left: int, right: int) -> int:
+    await asyncio.sleep(0)
+    return left * right
+
+async def broken(left: int, right: int) -> int:
+    raise ValueError("broken")
+"""
+
+
+async def test_a_run_makes_its_timers_and_its_failure_record_only_when_it_needs_them(
+    make_module: Any,
+) -> None:
+    """Two nodes at once: the driver carries them out (its parts exist), yet a run whose
+    attempts have no timeout makes no timers, and one where nothing fails no failure
+    record; a timeout makes the timers, a failure one record the run and its parts share."""
+    from sdax_hamilton import Driver, ExecutionError
+
+    driver = Driver(make_module(PARTS_SOURCE))
+    held = driver.prepare(["both"]).open()
+    async with held as values:
+        assert values == {"both": 3}
+        run = held._run  # type: ignore[attr-defined]
+        assert run._calls is not None  # the driver carried out the two nodes at once
+        assert run._calls.timers is None
+        assert run._calls.record is None and run._record is None
+
+    held = driver.prepare(["timed"]).open()
+    async with held as values:
+        assert values == {"timed": 2}
+        assert held._run._calls.timers is not None  # type: ignore[attr-defined]
+        assert held._run._record is None  # type: ignore[attr-defined]
+
+    held = driver.prepare(["broken"]).open()
+    with pytest.raises(ExecutionError, match="broken"):
+        async with held:
+            pass  # pragma: no cover - the forward phase fails
+    run = held._run  # type: ignore[attr-defined]
+    assert run._record is not None and run._record is run._calls.record

@@ -829,9 +829,9 @@ def b(x: int) -> int:
     while module.BULKHEAD.waiting != 1:
         await asyncio.sleep(0)
     assert started == ["b"]
-    from sdax_hamilton._executor import guards
+    from sdax_hamilton._executor import permits
 
-    guards.give_back(module.BULKHEAD)  # to the waiter, woken
+    permits.give_back(module.BULKHEAD)  # to the waiter, woken
     assert await run == {"b": 2}
     # A carried attempt that fails is handed back admitted: the driver gives its permit
     # back and records the failure, which opens the breaker (min_calls=1).

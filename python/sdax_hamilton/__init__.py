@@ -10,7 +10,7 @@ from importlib import metadata as _metadata
 
 from ._declarations import Acquisition, execution, shutdown
 from ._failures import ExecutionError, RetryableException, failures
-from ._hamilton import Driver
+from ._hamilton.driver import Driver
 from ._latency import Latency
 from ._observe import NodeReport, RunEvent, RunReport
 from ._plan import PreparedPlan

@@ -276,6 +276,216 @@ _RUN: Final[ContextVar[_RunState]] = ContextVar("sdax_hamilton_adapter_run")
 caller's context), so a plan's wrapped calls are built once, not per run."""
 
 
+class NodeHooks:
+    """The node hooks of one Driver's adapters around each attempt (``_NodeCall``): the
+    pre-node hooks, the call, the post-node hooks (also after a failure), in the order the
+    adapters were given. ``attempt`` is an attempt as a coroutine (an async function or
+    async hooks); ``before_sync`` / ``after_sync`` serve attempts that stay synchronous."""
+
+    __slots__ = ("post_node", "pre_node", "sync")
+
+    def __init__(self, pre_node: list[_Hook], post_node: list[_Hook]) -> None:
+        self.pre_node = pre_node
+        self.post_node = post_node
+        self.sync = not any(h.is_async for h in (*pre_node, *post_node))
+        """No node hook needs awaiting."""
+
+    async def attempt(
+        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
+    ) -> Any:
+        """One attempt: pre-node hooks, the call, post-node hooks (also after a failure)."""
+        sync = self.sync  # then no hook needs awaiting: no coroutine for them
+        try:
+            if sync:
+                self.before_sync(run_id, node, kwargs, attempt)
+            else:
+                await self.before(run_id, node, kwargs, attempt)
+            result = node._call(**kwargs)
+            if type(result) is CoroutineType or inspect.isawaitable(result):
+                result = await result
+        except BaseException as exc:
+            error = _reported(exc)
+            if sync:
+                self.after_sync(run_id, node, kwargs, attempt, False, error, None)
+            else:
+                await self.after(run_id, node, kwargs, attempt, False, error, None)
+            if error is not exc:
+                raise error from None
+            raise
+        if sync:
+            self.after_sync(run_id, node, kwargs, attempt, True, None, result)
+        else:
+            await self.after(run_id, node, kwargs, attempt, True, None, result)
+        return result
+
+    async def finish(
+        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int, aw: Any
+    ) -> Any:
+        try:
+            result = await aw
+        except BaseException as exc:
+            error = _reported(exc)
+            self.after_sync(run_id, node, kwargs, attempt, False, error, None)
+            if error is not exc:
+                raise error from None
+            raise
+        self.after_sync(run_id, node, kwargs, attempt, True, None, result)
+        return result
+
+    @staticmethod
+    def _pre_arguments(
+        hook: _Hook, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
+    ) -> dict[str, Any]:
+        if hook.public:
+            arguments: dict[str, Any] = {
+                "node_name": node._name,
+                "node_tags": node._tags,
+                "node_kwargs": kwargs,
+                "node_return_type": node._type,
+                "task_id": None,
+                "run_id": run_id,
+                "node_input_types": node._input_types,
+            }
+        else:
+            arguments = {"run_id": run_id, "node_": node._node, "kwargs": kwargs, "task_id": None}
+        if hook.extra:
+            arguments["attempt"] = attempt
+        return arguments
+
+    @staticmethod
+    def _post_arguments(
+        hook: _Hook,
+        run_id: str,
+        node: _NodeCall,
+        kwargs: dict[str, Any],
+        attempt: int,
+        success: bool,
+        error: BaseException | None,
+        result: Any,
+    ) -> dict[str, Any]:
+        if hook.public:
+            arguments: dict[str, Any] = {
+                "node_name": node._name,
+                "node_tags": node._tags,
+                "node_kwargs": kwargs,
+                "node_return_type": node._type,
+                "result": result,
+                "error": error,
+                "success": success,
+                "task_id": None,
+                "run_id": run_id,
+            }
+        else:
+            arguments = {
+                "run_id": run_id,
+                "node_": node._node,
+                "kwargs": kwargs,
+                "success": success,
+                "error": error,
+                "result": result,
+                "task_id": None,
+            }
+        if hook.extra:
+            arguments["attempt"] = attempt
+        return arguments
+
+    def before_sync(
+        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
+    ) -> None:
+        interrupted: BaseException | None = None
+        for hook in self.pre_node:
+            try:
+                hook.call(**self._pre_arguments(hook, run_id, node, kwargs, attempt))
+            except Exception as exc:
+                _log_hook_error(
+                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
+                )
+            except BaseException as exc:
+                if interrupted is None:  # every adapter sees the start (and then the end)
+                    interrupted = exc
+        if interrupted is not None:
+            raise interrupted
+
+    async def before(
+        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
+    ) -> None:
+        interrupted: BaseException | None = None
+        for hook in self.pre_node:
+            try:
+                outcome = hook.call(**self._pre_arguments(hook, run_id, node, kwargs, attempt))
+                if hook.is_async:
+                    await outcome
+            except Exception as exc:
+                _log_hook_error(
+                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
+                )
+            except BaseException as exc:
+                # A cancellation (the attempt's timeout, say) or KeyboardInterrupt: the other
+                # adapters still see the start, so that each sees the end too.
+                if interrupted is None:
+                    interrupted = exc
+        if interrupted is not None:
+            raise interrupted
+
+    def after_sync(
+        self,
+        run_id: str,
+        node: _NodeCall,
+        kwargs: dict[str, Any],
+        attempt: int,
+        success: bool,
+        error: BaseException | None,
+        result: Any,
+    ) -> None:
+        interrupted: BaseException | None = None
+        for hook in self.post_node:
+            arguments = self._post_arguments(
+                hook, run_id, node, kwargs, attempt, success, error, result
+            )
+            try:
+                hook.call(**arguments)
+            except Exception as exc:
+                _log_hook_error(
+                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
+                )
+            except BaseException as exc:
+                if interrupted is None:
+                    interrupted = exc
+        if interrupted is not None:
+            raise interrupted
+
+    async def after(
+        self,
+        run_id: str,
+        node: _NodeCall,
+        kwargs: dict[str, Any],
+        attempt: int,
+        success: bool,
+        error: BaseException | None,
+        result: Any,
+    ) -> None:
+        interrupted: BaseException | None = None
+        for hook in self.post_node:
+            arguments = self._post_arguments(
+                hook, run_id, node, kwargs, attempt, success, error, result
+            )
+            try:
+                outcome = hook.call(**arguments)
+                if hook.is_async:
+                    await outcome
+            except Exception as exc:
+                _log_hook_error(
+                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
+                )
+            except BaseException as exc:
+                # Every adapter that saw the start of the attempt sees its end; the first
+                # such exception (a cancellation, say) is re-raised once all have run.
+                if interrupted is None:
+                    interrupted = exc
+        if interrupted is not None:
+            raise interrupted
+
+
 class _NodeCall:
     """The call of one node, wrapped in the node hooks (built once per plan and node).
 
@@ -285,10 +495,10 @@ class _NodeCall:
     function is synchronous and every node hook is too, the attempt stays synchronous.
     """
 
-    __slots__ = ("_adapters", "_call", "_input_types", "_name", "_node", "_sync", "_tags", "_type")
+    __slots__ = ("_call", "_hooks", "_input_types", "_name", "_node", "_sync", "_tags", "_type")
 
-    def __init__(self, adapters: Adapters, node: Any, call: Callable[..., Any]) -> None:
-        self._adapters = adapters
+    def __init__(self, hooks: NodeHooks, node: Any, call: Callable[..., Any]) -> None:
+        self._hooks = hooks
         self._node = node
         self._name: str = node.name
         self._call = call
@@ -298,9 +508,7 @@ class _NodeCall:
         # Synchronous attempts only for plain functions that are not coroutine functions
         # (a ``functools.partial`` or another callable may return a coroutine).
         self._sync = (
-            adapters.sync_node_hooks
-            and type(call) is FunctionType
-            and not inspect.iscoroutinefunction(call)
+            hooks.sync and type(call) is FunctionType and not inspect.iscoroutinefunction(call)
         )
 
     def renamed(self, name: str) -> _NodeCall:
@@ -315,21 +523,21 @@ class _NodeCall:
         name = self._name
         attempt = state.attempts[name] = state.attempts.get(name, 0) + 1
         if not self._sync:
-            return self._adapters._attempt(state.run_id, self, kwargs, attempt)
-        adapters = self._adapters
+            return self._hooks.attempt(state.run_id, self, kwargs, attempt)
+        hooks = self._hooks
         run_id = state.run_id
-        adapters._before_sync(run_id, self, kwargs, attempt)
+        hooks.before_sync(run_id, self, kwargs, attempt)
         try:
             result = self._call(**kwargs)
         except BaseException as exc:
-            adapters._after_sync(run_id, self, kwargs, attempt, False, exc, None)
+            hooks.after_sync(run_id, self, kwargs, attempt, False, exc, None)
             raise
         if type(result) is CoroutineType or inspect.isawaitable(result):
             # A plain function returning an awaitable: this attempt ends when it does, and
             # later attempts run as coroutines, hooks and all, where the awaitable runs.
             self._sync = False
-            return adapters._finish(run_id, self, kwargs, attempt, result)
-        adapters._after_sync(run_id, self, kwargs, attempt, True, None, result)
+            return hooks.finish(run_id, self, kwargs, attempt, result)
+        hooks.after_sync(run_id, self, kwargs, attempt, True, None, result)
         return result
 
     def rejected(self, kwargs: dict[str, Any], error: BaseException) -> Any:
@@ -340,13 +548,13 @@ class _NodeCall:
         def refuse(**_: Any) -> Any:
             raise error
 
-        return _NodeCall(self._adapters, self._node, refuse)(**kwargs)
+        return _NodeCall(self._hooks, self._node, refuse)(**kwargs)
 
     def replay(self, value: Any, kwargs: dict[str, Any]) -> Any:
         """A cache hit (docs/caching.md): the node hooks run around a call that returns the
         stored ``value`` without calling the function, as Hamilton's own driver runs its
         hooks around a cached node; returns ``value``, or an awaitable of it."""
-        hit = _NodeCall(self._adapters, self._node, lambda **_: value)
+        hit = _NodeCall(self._hooks, self._node, lambda **_: value)
         return hit(**kwargs)
 
 
@@ -360,11 +568,9 @@ class Adapters:
         "adapters",
         "graph",
         "modules",
+        "node_hooks",
         "post_graph",
-        "post_node",
         "pre_graph",
-        "pre_node",
-        "sync_node_hooks",
     )
 
     def __init__(
@@ -409,13 +615,14 @@ class Adapters:
         self.post_graph = _node_hooks(
             adapters, "post_graph_execute", "run_after_graph_execution", GraphExecutionHook
         )
-        self.pre_node = _node_hooks(
-            adapters, "pre_node_execute", "run_before_node_execution", NodeExecutionHook
+        self.node_hooks = NodeHooks(
+            _node_hooks(
+                adapters, "pre_node_execute", "run_before_node_execution", NodeExecutionHook
+            ),
+            _node_hooks(
+                adapters, "post_node_execute", "run_after_node_execution", NodeExecutionHook
+            ),
         )
-        self.post_node = _node_hooks(
-            adapters, "post_node_execute", "run_after_node_execution", NodeExecutionHook
-        )
-        self.sync_node_hooks = not any(h.is_async for h in (*self.pre_node, *self.post_node))
         self._async_init = lifecycle.does_hook("post_graph_construct", is_async=True) or any(
             callable(getattr(adapter, "ainit", None)) for adapter in adapters
         )
@@ -501,211 +708,14 @@ class Adapters:
 
     def wrap(self, runtimes: tuple[NodeRuntime, ...]) -> tuple[NodeRuntime, ...]:
         """A plan's node runtimes with every call wrapped in the node hooks (once per plan)."""
-        if not self.pre_node and not self.post_node:
+        hooks = self.node_hooks
+        if not hooks.pre_node and not hooks.post_node:
             return runtimes
         nodes = self.graph.nodes
         return tuple(
-            dataclasses.replace(rt, call=_NodeCall(self, nodes[rt.name], rt.call))
+            dataclasses.replace(rt, call=_NodeCall(hooks, nodes[rt.name], rt.call))
             for rt in runtimes
         )
-
-    # Node hooks. ``_attempt`` is an attempt as a coroutine (async function or async hooks);
-    # ``_before_sync``/``_after_sync`` serve attempts that stay synchronous.
-
-    async def _attempt(
-        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
-    ) -> Any:
-        """One attempt: pre-node hooks, the call, post-node hooks (also after a failure)."""
-        sync = self.sync_node_hooks  # then no hook needs awaiting: no coroutine for them
-        try:
-            if sync:
-                self._before_sync(run_id, node, kwargs, attempt)
-            else:
-                await self._before(run_id, node, kwargs, attempt)
-            result = node._call(**kwargs)
-            if type(result) is CoroutineType or inspect.isawaitable(result):
-                result = await result
-        except BaseException as exc:
-            error = _reported(exc)
-            if sync:
-                self._after_sync(run_id, node, kwargs, attempt, False, error, None)
-            else:
-                await self._after(run_id, node, kwargs, attempt, False, error, None)
-            if error is not exc:
-                raise error from None
-            raise
-        if sync:
-            self._after_sync(run_id, node, kwargs, attempt, True, None, result)
-        else:
-            await self._after(run_id, node, kwargs, attempt, True, None, result)
-        return result
-
-    async def _finish(
-        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int, aw: Any
-    ) -> Any:
-        try:
-            result = await aw
-        except BaseException as exc:
-            error = _reported(exc)
-            self._after_sync(run_id, node, kwargs, attempt, False, error, None)
-            if error is not exc:
-                raise error from None
-            raise
-        self._after_sync(run_id, node, kwargs, attempt, True, None, result)
-        return result
-
-    @staticmethod
-    def _pre_arguments(
-        hook: _Hook, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
-    ) -> dict[str, Any]:
-        if hook.public:
-            arguments: dict[str, Any] = {
-                "node_name": node._name,
-                "node_tags": node._tags,
-                "node_kwargs": kwargs,
-                "node_return_type": node._type,
-                "task_id": None,
-                "run_id": run_id,
-                "node_input_types": node._input_types,
-            }
-        else:
-            arguments = {"run_id": run_id, "node_": node._node, "kwargs": kwargs, "task_id": None}
-        if hook.extra:
-            arguments["attempt"] = attempt
-        return arguments
-
-    @staticmethod
-    def _post_arguments(
-        hook: _Hook,
-        run_id: str,
-        node: _NodeCall,
-        kwargs: dict[str, Any],
-        attempt: int,
-        success: bool,
-        error: BaseException | None,
-        result: Any,
-    ) -> dict[str, Any]:
-        if hook.public:
-            arguments: dict[str, Any] = {
-                "node_name": node._name,
-                "node_tags": node._tags,
-                "node_kwargs": kwargs,
-                "node_return_type": node._type,
-                "result": result,
-                "error": error,
-                "success": success,
-                "task_id": None,
-                "run_id": run_id,
-            }
-        else:
-            arguments = {
-                "run_id": run_id,
-                "node_": node._node,
-                "kwargs": kwargs,
-                "success": success,
-                "error": error,
-                "result": result,
-                "task_id": None,
-            }
-        if hook.extra:
-            arguments["attempt"] = attempt
-        return arguments
-
-    def _before_sync(
-        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
-    ) -> None:
-        interrupted: BaseException | None = None
-        for hook in self.pre_node:
-            try:
-                hook.call(**self._pre_arguments(hook, run_id, node, kwargs, attempt))
-            except Exception as exc:
-                _log_hook_error(
-                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
-                )
-            except BaseException as exc:
-                if interrupted is None:  # every adapter sees the start (and then the end)
-                    interrupted = exc
-        if interrupted is not None:
-            raise interrupted
-
-    async def _before(
-        self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
-    ) -> None:
-        interrupted: BaseException | None = None
-        for hook in self.pre_node:
-            try:
-                outcome = hook.call(**self._pre_arguments(hook, run_id, node, kwargs, attempt))
-                if hook.is_async:
-                    await outcome
-            except Exception as exc:
-                _log_hook_error(
-                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
-                )
-            except BaseException as exc:
-                # A cancellation (the attempt's timeout, say) or KeyboardInterrupt: the other
-                # adapters still see the start, so that each sees the end too.
-                if interrupted is None:
-                    interrupted = exc
-        if interrupted is not None:
-            raise interrupted
-
-    def _after_sync(
-        self,
-        run_id: str,
-        node: _NodeCall,
-        kwargs: dict[str, Any],
-        attempt: int,
-        success: bool,
-        error: BaseException | None,
-        result: Any,
-    ) -> None:
-        interrupted: BaseException | None = None
-        for hook in self.post_node:
-            arguments = self._post_arguments(
-                hook, run_id, node, kwargs, attempt, success, error, result
-            )
-            try:
-                hook.call(**arguments)
-            except Exception as exc:
-                _log_hook_error(
-                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
-                )
-            except BaseException as exc:
-                if interrupted is None:
-                    interrupted = exc
-        if interrupted is not None:
-            raise interrupted
-
-    async def _after(
-        self,
-        run_id: str,
-        node: _NodeCall,
-        kwargs: dict[str, Any],
-        attempt: int,
-        success: bool,
-        error: BaseException | None,
-        result: Any,
-    ) -> None:
-        interrupted: BaseException | None = None
-        for hook in self.post_node:
-            arguments = self._post_arguments(
-                hook, run_id, node, kwargs, attempt, success, error, result
-            )
-            try:
-                outcome = hook.call(**arguments)
-                if hook.is_async:
-                    await outcome
-            except Exception as exc:
-                _log_hook_error(
-                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
-                )
-            except BaseException as exc:
-                # Every adapter that saw the start of the attempt sees its end; the first
-                # such exception (a cancellation, say) is re-raised once all have run.
-                if interrupted is None:
-                    interrupted = exc
-        if interrupted is not None:
-            raise interrupted
 
     async def _graph_hooks(self, hooks: Sequence[_Hook], run_id: str, **public: Any) -> None:
         for hook in hooks:

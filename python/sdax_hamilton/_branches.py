@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 
 from . import _core
-from ._executor.fanout import FanOut
+from ._executor.jobs import FanOut
 from ._spec import NodeSpec
 from ._types import checker
 

@@ -850,7 +850,7 @@ def _jobs(
     if nodes is None or not any(node is not None and node.mode for node in nodes):
         return JobTable(runtimes, carrier_of(runtimes), retry_budget=retry_budget)
     from ._adapters import _NodeCall
-    from ._executor.cache import PlanCache
+    from ._executor.jobs import PlanCache
 
     assert cache is not None
     # Lifecycle adapters' node hooks run around a hit too (``_NodeCall.replay``).

@@ -12,10 +12,12 @@ docs/internals.md follows one ``execute()`` through these modules:
 * ``attempts``: the attempt table (live attempts per job, retry waits, the event queue);
 * ``calls``: commands carried out as calls, tasks, inline awaits and timers;
 * ``outcomes``: how each attempt ended, reported to the core;
+* ``failures``: a failed attempt judged, told to the core, noted and recorded;
 * ``guards``: bulkheads and circuit breakers admitting attempts, fallbacks (docs/resilience.md);
 * ``verdicts``: what an attempt's ending means, and the notes it is written with (pure);
 * ``record``: the primary/secondary failure record (pure);
-* ``reporter``: logs and observers, behind one object.
+* ``reporter``: logs and observers, behind one object;
+* ``observers``: a run's observers called with each event, their exceptions kept out of the run.
 """
 
 from .context import INSTANT_RETRIES, JITTER_SEED, NEVER_ENTERED, HeldRun, RunContext, open_run

@@ -17,14 +17,12 @@ import asyncio
 import inspect
 import logging
 import weakref
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
-from .._hamilton.caching import LOOKUP, Cache, NodeCache, executor
-from .attempts import Attempt, EventKind
-
-if TYPE_CHECKING:
-    from .calls import Calls
+from .._hamilton.caching import LOOKUP, NodeCache, executor
+from .attempts import Attempt, AttemptTable, EventKind
+from .jobs import PlanCache
+from .reporter import Reporter
 
 logger = logging.getLogger("sdax_hamilton.cache")
 
@@ -57,28 +55,19 @@ def _in_flight(loop: asyncio.AbstractEventLoop) -> dict[tuple[object, str], _Fli
     return table
 
 
-class PlanCache:
-    """A plan's caching: the Driver's cache and each active node's decision."""
+class RunCalls(Protocol):
+    """What a run's lookups and stores use of its ``calls.Calls`` (a protocol: ``calls``
+    imports this module, which imports nothing that imports it)."""
 
-    __slots__ = ("cache", "nodes", "replays")
-
-    def __init__(
-        self,
-        cache: Cache,
-        nodes: Sequence[NodeCache | None],
-        replays: Sequence[Callable[[Any, dict[str, Any]], Any] | None],
-    ) -> None:
-        self.cache = cache
-        self.nodes = tuple(nodes)  # per forward job; None: not cached
-        # Per forward job: the lifecycle adapters' node hooks around a hit, if any.
-        self.replays = tuple(replays)
-
-    def run(self, calls: Calls) -> CacheRun:
-        return CacheRun(self, calls)
+    @property
+    def table(self) -> AttemptTable: ...
+    @property
+    def kwargs(self) -> list[dict[str, Any] | None]: ...
+    def report(self) -> Reporter: ...
 
 
 class CacheRun:
-    """One run's lookups and stores (made with the run's ``Calls``)."""
+    """One run's lookups and stores of its plan's caching (made with the run's ``Calls``)."""
 
     __slots__ = (
         "_cache",
@@ -96,12 +85,12 @@ class CacheRun:
         "versions",
     )
 
-    def __init__(self, plan: PlanCache, calls: Calls) -> None:
+    def __init__(self, plan: PlanCache, calls: RunCalls, loop: asyncio.AbstractEventLoop) -> None:
         self._cache = plan.cache
         self._nodes = plan.nodes
         self._replays = plan.replays
         self._calls = calls
-        self._loop = calls._loop
+        self._loop = loop
         self._flights = _in_flight(self._loop)
         n = len(plan.nodes)
         self._hits = [False] * n

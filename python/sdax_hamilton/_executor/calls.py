@@ -19,6 +19,7 @@ from typing import Any, Final
 from .. import _core
 from .._declarations import Acquisition
 from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
+from .cache import CacheRun
 from .fanout import RunJobs, Sources
 from .guards import Guards
 from .hedging import Hedger
@@ -66,23 +67,23 @@ class Calls:
         "__weakref__",
         "_acquisitions",
         "_arguments",
-        "_clipped",
         "_guards",
         "_hedger",
-        "_jobs",
         "_loop",
-        "_record",
         "_reporter",
-        "_run",
         "_run_id",
         "_values",
-        "_watch",
         "cache",
+        "clipped",
         "fans",
+        "jobs",
         "kwargs",
+        "record",
+        "run",
         "table",
         "task",
         "timers",
+        "watching",
     )
 
     task: asyncio.Task[Any]  # the phase's task (forward or shutdown), while it runs
@@ -97,28 +98,28 @@ class Calls:
         clipped: list[int] | None,
         watch: bool,
         reporter: Reporter | None,
-        record: FailureRecord,
+        record: FailureRecord | None,
         run_id: str | None,
     ) -> None:
-        self._jobs = jobs
+        self.jobs = jobs
         self._run_id = run_id  # the id a reporter made here gives the run's log records
         self._arguments = jobs.calling.arguments
-        self._run = run
+        self.run = run
         self._loop = loop
         self._values = values
         self._acquisitions = acquisitions  # per owned forward job: what its release gets
-        self._clipped = clipped  # per forward job: the attempt whose START was clipped
-        self._watch = watch  # someone wants to hear about every attempt
+        self.clipped = clipped  # per forward job: the attempt whose START was clipped
+        self.watching = watch  # someone wants to hear about every attempt
         self._reporter = reporter
-        self._record = record
+        self.record = record  # the run's failure record, made when something first fails
         self.table = AttemptTable(len(jobs))
         n = jobs.forward_count
         self.kwargs: list[dict[str, Any] | None] = [None] * n  # read at attempt 0, retries reuse
-        self.timers = Timers(loop, self.table)  # attempt timeouts and retry waits
+        self.timers: Timers | None = None  # attempt timeouts and retry waits, when first used
         self._guards: Guards | None = None  # the shared objects at work (``guards``)
         self._hedger: Hedger | None = None  # hedged rounds (``hedger``)
         # The run's lookups and stores (``cache.py``), when the plan caches nodes.
-        self.cache = None if jobs.cache is None else jobs.cache.run(self)
+        self.cache = None if jobs.cache is None else CacheRun(jobs.cache, self, loop)
         # The run's fan-out sources (``fanout.py``); ``None``: the plan has none.
         self.fans: Sources | None = None
         if isinstance(jobs, RunJobs):
@@ -131,20 +132,34 @@ class Calls:
         if forward:
             self.kwargs.extend([None] * jobs)
             self._acquisitions.extend([None] * jobs)
-            if self._clipped is not None:
-                self._clipped.extend([-1] * jobs)
-
-    @property
-    def record(self) -> FailureRecord:
-        return self._record
+            if self.clipped is not None:
+                self.clipped.extend([-1] * jobs)
 
     def report(self) -> Reporter:
-        """The run's reporter: the run's own (``reporter``, when it has observers), else
-        one made on first use (nobody to tell but the log)."""
+        """The run's reporter: its own (observers), else one made on first use (the log's)."""
         reporter = self._reporter
         if reporter is None:
-            reporter = self._reporter = Reporter(self._jobs, None, self._loop, None, self._run_id)
+            reporter = self._reporter = Reporter(self.jobs, None, self._loop, None, self._run_id)
         return reporter
+
+    def failures(self) -> FailureRecord:
+        """The run's failure record (``record``), made when something first fails."""
+        record = self.record
+        if record is None:
+            record = self.record = FailureRecord()
+        return record
+
+    def _timers(self) -> Timers:
+        """The run's timers (``timers``), made when one is first armed."""
+        timers = self.timers
+        if timers is None:
+            timers = self.timers = Timers(self._loop, self.table)
+        return timers
+
+    def stop_inline(self) -> None:
+        """The phase's task ends: so does the inline attempts' timer, if any."""
+        if self.timers is not None:
+            self.timers.stop_inline()
 
     def guards(self) -> Guards:
         """The run's side of its bulkheads, breakers and fallbacks, made on first use."""
@@ -164,51 +179,28 @@ class Calls:
     def guards_made(self) -> Guards | None:
         return self._guards
 
-    @property
-    def run(self) -> _core.Run:
-        return self._run
-
-    @property
-    def watching(self) -> bool:
-        """Someone wants to hear about every attempt."""
-        return self._watch
-
-    @property
-    def jobs(self) -> JobTable:
-        return self._jobs
-
-    @property
-    def clipped(self) -> list[int] | None:
-        """Per forward job, the attempt cut short by the run's deadline (``None``: the run
-        has none)."""
-        return self._clipped
-
     def execute(self, commands: Sequence[_core.Command]) -> None:
         """Carry out ``commands`` in order, now."""
         for op, job, attempt, arg in commands:
             if op == _START:
-                self._start(self._jobs[job], attempt, arg)
+                self._start(self.jobs[job], attempt, arg)
             elif op == _CARRIED:
-                self._carried(self._jobs[job], attempt, arg)
+                self._carried(self.jobs[job], attempt, arg)
             elif op == _SLEEP:
-                self.timers.sleep(job, arg or 0.0)
+                self._timers().sleep(job, arg or 0.0)
             elif op == _CANCEL:
                 self._cancel(job)
             elif op == _STOP_SLEEP:
-                table = self.table
-                handle = table.sleeps[job]
-                if handle is not None:
-                    table.sleeps[job] = None
-                    table.sleeping -= 1
-                    handle.cancel()
-                self.report().retry_cancelled(job, self._run.attempts(job))
+                if self.timers is not None:  # else no wait was ever armed
+                    self.timers.stop_sleep(job)
+                self.report().retry_cancelled(job, self.run.attempts(job))
             elif op == _START_CLIPPED:
-                clipped = self._clipped
+                clipped = self.clipped
                 assert clipped is not None  # only a run with a deadline is clipped
                 clipped[job] = attempt
-                self._start(self._jobs[job], attempt, arg)
+                self._start(self.jobs[job], attempt, arg)
             elif op == _EXPIRE:
-                self.table.post((_EXPIRED, self._jobs[job], attempt))
+                self.table.post((_EXPIRED, self.jobs[job], attempt))
             elif op == _NO_ROOM or op == _BAD_HINT or op == _NO_BUDGET or op == _FALLBACK:
                 pass  # why a failure is final, or a fallback: read by ``Outcomes``
             elif op == _CARRIED_BREAKER:
@@ -224,7 +216,7 @@ class Calls:
 
     def was_clipped(self, job: Job, attempt_number: int) -> bool:
         """Whether that forward attempt's START was clipped to the run's deadline."""
-        clipped = self._clipped
+        clipped = self.clipped
         return clipped is not None and job.forward and clipped[job.id] == attempt_number
 
     def _start(self, job: Job, attempt_number: int, timeout: float | None) -> None:
@@ -244,7 +236,7 @@ class Calls:
                 attempt, job, kwargs, timeout
             ):
                 return
-            if self._watch:
+            if self.watching:
                 self.report().attempt_started(
                     job.id, attempt_number + 1, self.was_clipped(job, attempt_number)
                 )
@@ -258,7 +250,7 @@ class Calls:
             if release is None:  # pragma: no cover - contract violation by the core
                 raise RuntimeError(f"sdax_hamilton internal error: no release for {job.name!r}")
             record = self._acquisitions[job.owner]
-            if self._watch:
+            if self.watching:
                 self.report().attempt_started(job.id, attempt_number + 1)
             try:
                 result = release.call(Acquisition() if record is None else record)
@@ -292,7 +284,7 @@ class Calls:
     def call(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None:
         """Call a guarded forward job's function for an admitted ``attempt`` now
         (``_start``'s call, with what its bulkhead and breaker did)."""
-        if self._watch:
+        if self.watching:
             wait, state = self.guards().admitted(attempt)
             self.report().guarded_attempt_started(
                 job.id, attempt.number + 1, self.was_clipped(job, attempt.number), wait, state
@@ -355,7 +347,7 @@ class Calls:
             if before is not None and self.task.cancelling() > before:
                 # The release's coroutine cancelled its own task, as an inline release is
                 # seen to: never the caller, whose cancellations land on its own wait.
-                self._record.caller_cancelled(asyncio.CancelledError(), True)
+                self.failures().caller_cancelled(asyncio.CancelledError(), True)
         how = hand.how
         if how == _CARRIED_RAISED:
             table.post((_RAISED, attempt, hand.payload))
@@ -433,7 +425,7 @@ class Calls:
             attempt.task = loop.create_task(self._attempt_task(attempt))
             timeout = attempt.timeout
             if timeout is not None:
-                self.timers.arm(attempt, timeout, self.time_out)
+                self._timers().arm(attempt, timeout, self.time_out)
         table.fresh.clear()
 
     async def _attempt_task(self, attempt: Attempt) -> None:
@@ -460,18 +452,20 @@ class Calls:
         task = self.task
         attempt.baseline = task.cancelling()
         timeout = attempt.timeout
-        timers = self.timers
         if timeout is not None:
-            timers.arm_inline(attempt, timeout, task, self.time_out)
+            self._timers().arm_inline(attempt, timeout, task, self.time_out)
+        timers = self.timers  # ``None``: no attempt of the run had a timeout yet
         try:
             value = await attempt.aw
         except BaseException as exc:
-            timers.inline = None
+            if timers is not None:
+                timers.inline = None
             if attempt.state is _TIMED_OUT:
                 task.uncancel()
             del task  # exc's traceback holds this frame: not the phase's task
             return True, exc
-        timers.inline = None
+        if timers is not None:
+            timers.inline = None
         if attempt.state is _TIMED_OUT:  # identity: the enum member itself
             task.uncancel()
         return False, value

@@ -93,6 +93,26 @@ def open_run(
     return RunContext(plan, jobs, values, outputs, seed, observers, INSTANT_RETRIES.get(), timeout)
 
 
+def core_run(plan: _core.Plan, jobs: JobTable, seed: int | None, instant: bool) -> _core.Run:
+    """The core's ``Run`` of one run of ``plan``: seeded, with the test mode's instant
+    retries, and with what the plan's runs share (``JobTable.shared``: the Driver's retry
+    budget, the forward jobs with a fallback; docs/resilience.md)."""
+    shared = jobs.shared
+    fan_outs = jobs.fan_outs  # docs/fanout.md
+    fans = None if fan_outs is None else [fan.core_args() for fan in fan_outs]
+    if shared is None:
+        return _core.Run(plan, seed, instant_retries=instant, fan_outs=fans)
+    budget, fallbacks = shared
+    return _core.Run(
+        plan,
+        seed,
+        instant_retries=instant,
+        retry_budget=None if budget is None else budget._core,
+        fallbacks=fallbacks,
+        fan_outs=fans,
+    )
+
+
 class RunContext:
     """One run; the async context manager returned by :func:`open_run`."""
 
@@ -170,10 +190,11 @@ class RunContext:
     # ----------------------------------------------------------------- parts
 
     def _failures(self) -> FailureRecord:
-        """The run's failure record (``_record is None`` while nothing failed)."""
+        """The run's failure record, shared with its parts (``Calls.failures``)."""
         record = self._record
         if record is None:
-            record = self._record = FailureRecord()
+            calls = self._calls
+            record = self._record = FailureRecord() if calls is None else calls.failures()
         return record
 
     def _report(self) -> Reporter:
@@ -196,16 +217,15 @@ class RunContext:
         parts make one when needed); returns ``_calls``."""
         calls = self._calls
         if calls is None:
-            reporter, record = self._reporter, self._failures()
-            run, loop, values = self._run, self._loop, self._values
+            reporter, run, loop, values = self._reporter, self._run, self._loop, self._values
             acquisitions = self._acquisitions
             calls = self._calls = Calls(
                 self._jobs, run, loop, values, acquisitions, self._clipped, self._watch,
-                reporter, record, self._run_id,
+                reporter, self._record, self._run_id,
             )  # fmt: skip
             self._outcomes = Outcomes(
                 calls, run, loop, values, acquisitions, self._deadline is not None,
-                self._watch, reporter, record,
+                self._watch, reporter,
             )  # fmt: skip
         return calls
 
@@ -276,22 +296,11 @@ class RunContext:
         n = jobs.forward_count
         if len(self._plan) != n:
             raise ValueError(f"Plan has {len(self._plan)} active nodes but {n} runtimes")
-        shared = jobs.shared
-        fan_outs = jobs.fan_outs
-        if shared is not None or fan_outs is not None:
-            # A retry budget, fallbacks (docs/resilience.md), fan-outs (docs/fanout.md).
-            self._run = _core.Run(
-                self._plan,
-                self._seed,
-                instant_retries=self._instant,
-                retry_budget=None if shared is None or shared[0] is None else shared[0]._core,
-                fallbacks=None if shared is None else shared[1],
-                fan_outs=None if fan_outs is None else [fan.core_args() for fan in fan_outs],
-            )
-        elif self._instant:
-            self._run = _core.Run(self._plan, self._seed, instant_retries=True)
-        else:
+        if jobs.shared is None and not self._instant and jobs.fan_outs is None:
+            # ``core_run``'s plain case
             self._run = _core.Run(self._plan, self._seed)
+        else:
+            self._run = core_run(self._plan, jobs, self._seed, self._instant)
         loop = self._loop = _running_loop()
         if current_task(loop) is None:
             raise RuntimeError("sdax_hamilton runs must be awaited inside an asyncio task")
@@ -506,7 +515,7 @@ class RunContext:
         if stage is _STARTING or task is None or task.done():
             return  # not begun: the coordinator sees the request and starts nothing
         calls = self._calls
-        attempt = calls.timers.inline if calls is not None else None
+        attempt = calls.timers.inline if calls is not None and calls.timers is not None else None
         if attempt is not None and attempt.timed_out:
             return  # already cancelled once, by its timeout: aborted once it has drained
         task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline

@@ -86,6 +86,7 @@ class PhaseOwner(Protocol):
     _calls: Calls | None
     _outcomes: Outcomes | None
     _internal: BaseException | None
+    _record: FailureRecord | None
     _phase_done: asyncio.Future[None] | None
 
     def _parts(self) -> Calls: ...
@@ -158,11 +159,13 @@ async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, thro
 
 
 def _phase_task_ends(ctx: PhaseOwner, carrying: bool) -> None:
-    """The phase's task ends: its inline timer goes, and no inline attempt is left to use
-    the task."""
+    """The phase's task ends: its inline timer goes, no inline attempt is left to use the
+    task, and the run holds the failure record its parts made meanwhile, if any."""
     calls = ctx._calls
     if calls is not None:
-        calls.timers.stop_inline()
+        calls.stop_inline()
+        if ctx._record is None:
+            ctx._record = calls.record
         # The run outlives its phase's task wherever a failure's traceback keeps its
         # frames: it does not keep the task (and what the task holds) alive with it.
         try:
@@ -392,7 +395,7 @@ def abandon(ctx: PhaseOwner, exc: BaseException) -> None:
     for handle in calls.table.sleeps:
         if handle is not None:
             handle.cancel()
-    calls.timers.stop_inline()
+    calls.stop_inline()
     guards = calls.guards_made
     if guards is not None:
         guards.abandon()  # permits and places in a queue are shared: none may leak
@@ -422,7 +425,7 @@ def _stop_everything(ctx: PhaseOwner, calls: Calls) -> list[Job]:
             handle.cancel()
     table.sleeps = [None] * len(table.sleeps)
     table.sleeping = 0
-    calls.timers.stop_inline()
+    calls.stop_inline()
     return [attempt.job for attempt in live]
 
 

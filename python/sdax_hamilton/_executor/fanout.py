@@ -22,47 +22,39 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, cast
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from .. import _core
 from .._failures import add_note_once
 from .attempts import EventKind
-from .jobs import Job, JobTable
+from .jobs import FanOut, Job, JobTable
 from .runtime import NodeRuntime
 
 if TYPE_CHECKING:
-    from .calls import Calls
+    from .attempts import AttemptTable
+    from .record import FailureRecord
+    from .reporter import Reporter
+
+
+class RunCalls(Protocol):
+    """What ``Sources`` uses of the run's ``calls.Calls``."""
+
+    table: AttemptTable
+    run: _core.Run
+
+    def failures(self) -> FailureRecord: ...
+
+    def report(self) -> Reporter: ...
+
+    def execute(self, commands: Sequence[_core.Command]) -> None: ...
+
 
 _FAN: Final = EventKind.FAN
 _DRAW: Final = _core.DRAW
 _CLOSE: Final = _core.CLOSE
 _STOP_DRAW: Final = _core.STOP_DRAW
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
-
-
-@dataclass(frozen=True, slots=True)
-class FanOut:
-    """One ``Parallelizable`` node of a plan and its branch (built once per plan)."""
-
-    source: int
-    """The ``Parallelizable`` node's job."""
-    collect: int
-    """The ``Collect`` node's job."""
-    templates: tuple[int, ...]
-    """The branch's nodes' jobs, in the plan's (dependency) order."""
-    limit: int | None
-    """``max_concurrency``."""
-    keyword: str
-    """The ``Collect`` node's parameter receiving the list."""
-    collected: str
-    """The branch node whose results the list holds."""
-    item_check: Callable[[Any], bool] | None = None
-    """Checks each item against the ``T`` of ``Parallelizable[T]`` (``None``: unchecked)."""
-
-    def core_args(self) -> tuple[int, int, list[int], int | None]:
-        return self.source, self.collect, list(self.templates), self.limit
 
 
 class _Branch:
@@ -234,7 +226,7 @@ class Sources:
 
     __slots__ = ("_calls", "_draws", "_its", "_jobs", "_values")
 
-    def __init__(self, calls: Calls, jobs: RunJobs, values: dict[str, Any]) -> None:
+    def __init__(self, calls: RunCalls, jobs: RunJobs, values: dict[str, Any]) -> None:
         # Weak: ``calls`` holds this object, and a run's parts form no cycle (they are freed
         # by reference counting when the run is over, tests/test_driver_memory.py).
         self._calls = weakref.proxy(calls)
@@ -349,7 +341,7 @@ class Sources:
         if not stopped:
             subject = self._jobs[job].subject
             if isinstance(exc, _TERMINATION):
-                calls.record.terminate(exc)
+                calls.failures().terminate(exc)
             else:
                 try:
                     add_note_once(
@@ -359,7 +351,7 @@ class Sources:
                 except BaseException:
                     pass
                 calls.report().failed_for_good(job, exc, run.attempts(job))
-                calls.record.failed(exc)
+                calls.failures().failed(exc)
         calls.execute(run.draw_failed(job))
 
     def _fan(self, job: int) -> int:
@@ -400,11 +392,11 @@ class Sources:
         """Closing the source raised: a failure of the source node like any other."""
         calls = self._calls
         if isinstance(exc, _TERMINATION):
-            calls.record.terminate(exc)
+            calls.failures().terminate(exc)
             return
         subject = self._jobs[job].subject
         try:
             add_note_once(exc, f"sdax_hamilton: {subject} failed: closing its source raised")
         except BaseException:
             pass
-        calls.record.failed(exc)
+        calls.failures().failed(exc)

@@ -20,21 +20,52 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import weakref
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, cast
+from collections.abc import Sequence
+from typing import Any, Final, Protocol, cast
 
 from .. import _core
 from .._failures import add_note_once
 from .._resilience import Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen
 from .._types import checker, invalid_output
-from .attempts import Attempt, AttemptState, EventKind
+from .attempts import Attempt, AttemptState, AttemptTable, EventKind
+from .jobs import Job, JobTable
+from .permits import _lock, _wakers, give_back, wake
+from .reporter import Reporter
+from .runtime import NodeRuntime
 
-if TYPE_CHECKING:
-    from .calls import Calls
-    from .outcomes import Outcomes
+
+class RunCalls(Protocol):
+    """What the guards use of the run's ``calls.Calls``, which holds them (a protocol:
+    neither module imports the other's, the package's imports have no cycle)."""
+
+    @property
+    def table(self) -> AttemptTable: ...
+    @property
+    def kwargs(self) -> list[dict[str, Any] | None]: ...
+    @property
+    def run(self) -> _core.Run: ...
+    @property
+    def jobs(self) -> JobTable: ...
+    @property
+    def clipped(self) -> list[int] | None: ...
+    @property
+    def watching(self) -> bool: ...
+    def report(self) -> Reporter: ...
+    def was_clipped(self, job: Job, attempt_number: int) -> bool: ...
+    def execute(self, commands: Sequence[_core.Command]) -> None: ...
+    def call(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None: ...
+    def returned(self, attempt: Attempt, result: Any) -> None: ...
+
+
+class FallbackOutcomes(Protocol):
+    """How a fallback's ending reaches the run's ``outcomes.Outcomes`` (a protocol, as
+    ``RunCalls``)."""
+
+    def fallback_used(self, attempt: Attempt, value: Any, original: BaseException) -> None: ...
+    def fallback_failed(self, attempt: Attempt, error: BaseException) -> None: ...
+
 
 logger = logging.getLogger("sdax_hamilton")
 
@@ -49,37 +80,19 @@ _CANCELLED: Final = AttemptState.CANCELLED
 _TIMED_OUT: Final = AttemptState.TIMED_OUT
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
 
-# Every waiter of every bulkhead in the process: (id of the bulkhead's core, waiter id) ->
-# how to wake it. The lock spans a queueing and its registration, and every look-up is made
-# under it, so a permit never goes to a waiter not registered yet: a release that names a
-# waiter (here, or in the core's Run for a carried attempt, which then calls ``wake``)
-# looks it up only once the queueing that made it has registered it.
-_lock: Final = threading.Lock()
-_wakers: Final[dict[tuple[int, int], Callable[[], object]]] = {}
+
+def breaker_name(breaker: CircuitBreaker, nodes: Sequence[NodeRuntime]) -> str:
+    """How logs and errors name a breaker: its ``name``, else the plan's nodes naming it."""
+    if breaker.name is not None:
+        return repr(breaker.name)
+    return "of " + ", ".join(repr(node.name) for node in nodes if node.breaker is breaker)
 
 
-def wake(core: _core.Bulkhead, waiter: int | None) -> None:
-    """Wake ``waiter`` of the bulkhead whose core is ``core`` (a permit went to it); one
-    that can no longer be woken (its loop closed) leaves, and its permit passes on. The
-    carrier calls it for a permit a carried attempt gave back (src/carry.rs)."""
-    while waiter is not None:
-        with _lock:
-            woken = _wakers.pop((id(core), waiter), None)
-        if woken is None:
-            return  # it left meanwhile (its cancellation passes the permit on)
-        try:
-            woken()
-            return
-        except RuntimeError:  # its loop is closed
-            with _lock:
-                waiter = core.cancel_waiter(waiter)
-
-
-def give_back(bulkhead: Bulkhead) -> None:
-    """Return a permit: to the first waiter (woken), or to the pool."""
-    with _lock:
-        waiter = bulkhead._core.release()
-    wake(bulkhead._core, waiter)
+def bulkhead_name(bulkhead: Bulkhead, attempt: Attempt) -> str:
+    """How errors name a bulkhead: its ``name``, else the attempt's node."""
+    if bulkhead.name is not None:
+        return repr(bulkhead.name)
+    return f"of node {attempt.job.name!r}"
 
 
 class Held:
@@ -103,10 +116,10 @@ class Guards:
 
     __slots__ = ("_calls", "_loop", "held", "rejections", "waited")
 
-    def __init__(self, calls: Calls, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, calls: RunCalls, loop: asyncio.AbstractEventLoop) -> None:
         # A proxy: the run's ``Calls`` holds its guards, which must not hold it back (a
         # run leaves no reference cycle, tests/test_driver_memory.py).
-        self._calls: Calls = cast("Calls", weakref.proxy(calls))
+        self._calls: RunCalls = cast("RunCalls", weakref.proxy(calls))
         self._loop = loop
         self.held: dict[Attempt, Held] = {}
         self.waited: dict[int, float] = {}  # job -> seconds spent waiting for permits
@@ -166,7 +179,7 @@ class Guards:
             if got == "rejected":
                 self._forget_probe(attempt, held)
                 full = BulkheadFull(
-                    f"bulkhead {self._bulkhead_name(bulkhead, attempt)} is full: "
+                    f"bulkhead {bulkhead_name(bulkhead, attempt)} is full: "
                     f"{bulkhead.max_concurrent} call(s) running, "
                     f"{bulkhead.max_waiting} waiting",
                     bulkhead,
@@ -408,20 +421,13 @@ class Guards:
             )  # fmt: skip
 
     def _breaker_name(self, breaker: CircuitBreaker) -> str:
-        """The breaker's ``name``, else the nodes of this plan naming it."""
-        if breaker.name is not None:
-            return repr(breaker.name)
-        names = [node.name for node in self._calls.jobs.nodes if node.breaker is breaker]
-        return "of " + ", ".join(repr(name) for name in names)
-
-    def _bulkhead_name(self, bulkhead: Bulkhead, attempt: Attempt) -> str:
-        if bulkhead.name is not None:
-            return repr(bulkhead.name)
-        return f"of node {attempt.job.name!r}"
+        return breaker_name(breaker, self._calls.jobs.nodes)
 
     # ------------------------------------------------------------------ fallback
 
-    def fall_back(self, attempt: Attempt, original: BaseException, outcomes: Outcomes) -> None:
+    def fall_back(
+        self, attempt: Attempt, original: BaseException, outcomes: FallbackOutcomes
+    ) -> None:
         """The core said FALLBACK: call the node's fallback once with its failure."""
         job = attempt.job
         fallback = job.node.fallback
@@ -462,7 +468,7 @@ class Guards:
             table.post((_FELL_BACK, running, (False, value, original)))
 
     def fell_back(
-        self, running: Attempt, outcome: tuple[bool, Any, BaseException], outcomes: Outcomes
+        self, running: Attempt, outcome: tuple[bool, Any, BaseException], outcomes: FallbackOutcomes
     ) -> None:
         """An async fallback ended (``(raised, value or error, original failure)``)."""
         self._calls.table.end(running)
@@ -477,7 +483,7 @@ class Guards:
             self.fallback_returned(running, original, payload, outcomes)
 
     def fallback_returned(
-        self, attempt: Attempt, original: BaseException, value: Any, outcomes: Outcomes
+        self, attempt: Attempt, original: BaseException, value: Any, outcomes: FallbackOutcomes
     ) -> None:
         node = attempt.job.node
         check = checker(node.output_type)
@@ -494,7 +500,11 @@ class Guards:
         outcomes.fallback_used(attempt, value, original)
 
     def fallback_failed(
-        self, attempt: Attempt, original: BaseException, error: BaseException, outcomes: Outcomes
+        self,
+        attempt: Attempt,
+        original: BaseException,
+        error: BaseException,
+        outcomes: FallbackOutcomes,
     ) -> None:
         """The fallback raised ``error`` (or its value failed the check): the node fails
         with it, the original failure as its cause."""

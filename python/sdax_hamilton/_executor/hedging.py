@@ -17,17 +17,35 @@ import asyncio
 import inspect
 import time
 import weakref
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import Any, Final, Protocol, cast
 
 from .. import _core
-from .guards import give_back
+from .attempts import Attempt, AttemptTable
+from .guards import Guards
+from .jobs import Job, JobTable
+from .permits import give_back
+from .reporter import Reporter
 from .runtime import TIMEOUT_MESSAGE
 from .verdicts import is_retryable
 
-if TYPE_CHECKING:
-    from .attempts import Attempt
-    from .calls import Calls
-    from .jobs import Job
+
+class RunCalls(Protocol):
+    """What hedged rounds use of the run's ``calls.Calls``, which holds them (a protocol:
+    ``calls`` imports this module, which imports nothing that imports it)."""
+
+    @property
+    def table(self) -> AttemptTable: ...
+    @property
+    def run(self) -> _core.Run: ...
+    @property
+    def jobs(self) -> JobTable: ...
+    @property
+    def clipped(self) -> list[int] | None: ...
+    @property
+    def watching(self) -> bool: ...
+    def report(self) -> Reporter: ...
+    def guards(self) -> Guards: ...
+
 
 _monotonic: Final = time.monotonic
 _admit_at_once: Final = _core.admit_at_once
@@ -72,9 +90,9 @@ class Hedger:
 
     __slots__ = ("_calls", "_loop", "started")
 
-    def __init__(self, calls: Calls, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, calls: RunCalls, loop: asyncio.AbstractEventLoop) -> None:
         # A proxy: the run's ``Calls`` holds its hedger, which must not hold it back.
-        self._calls: Calls = cast("Calls", weakref.proxy(calls))
+        self._calls: RunCalls = cast("RunCalls", weakref.proxy(calls))
         self._loop = loop
         self.started: dict[int, int] = {}  # job -> calls started so far, every round
 

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Self
+from typing import Any, Self
 
 from .. import _core
+from .._hamilton.caching import Cache, NodeCache
 from .._resilience import RetryBudget
 from .runtime import NodeRuntime, ReleaseRuntime, carrier_of
-
-if TYPE_CHECKING:
-    from .cache import PlanCache
-    from .fanout import FanOut
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -50,6 +47,46 @@ class Job:
     is a round (``hedging.py``)."""
 
 
+class PlanCache:
+    """A plan's caching: the Driver's cache and each active node's decision."""
+
+    __slots__ = ("cache", "nodes", "replays")
+
+    def __init__(
+        self,
+        cache: Cache,
+        nodes: Sequence[NodeCache | None],
+        replays: Sequence[Callable[[Any, dict[str, Any]], Any] | None],
+    ) -> None:
+        self.cache = cache
+        self.nodes = tuple(nodes)  # per forward job; None: not cached
+        # Per forward job: the lifecycle adapters' node hooks around a hit, if any.
+        self.replays = tuple(replays)
+
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """One ``Parallelizable`` node of a plan and its branch (built once per plan)."""
+
+    source: int
+    """The ``Parallelizable`` node's job."""
+    collect: int
+    """The ``Collect`` node's job."""
+    templates: tuple[int, ...]
+    """The branch's nodes' jobs, in the plan's (dependency) order."""
+    limit: int | None
+    """``max_concurrency``."""
+    keyword: str
+    """The ``Collect`` node's parameter receiving the list."""
+    collected: str
+    """The branch node whose results the list holds."""
+    item_check: Callable[[Any], bool] | None = None
+    """Checks each item against the ``T`` of ``Parallelizable[T]`` (``None``: unchecked)."""
+
+    def core_args(self) -> tuple[int, int, list[int], int | None]:
+        return self.source, self.collect, list(self.templates), self.limit
+
+
 class JobTable(tuple[Job, ...]):
     """Every job of one plan, indexed by the core's job id (a tuple: ``jobs[job]``), with
     the plan's node runtimes and carrier.
@@ -69,7 +106,8 @@ class JobTable(tuple[Job, ...]):
     serves the driver's own STARTs too (``Carrier.arguments``), so both paths pass the same
     arguments (tests/test_driver_carrier.py). ``carrier`` itself when there is one."""
     cache: PlanCache | None
-    """The plan's caching (``Driver(..., cache=)``, ``cache.py``); ``None``: none."""
+    """The plan's caching (``Driver(..., cache=)``; a run's side: ``cache.CacheRun``);
+    ``None``: none."""
 
     fan_outs: tuple[FanOut, ...] | None
     """The plan's ``Parallelizable`` nodes and their branches (docs/fanout.md); ``None``:

@@ -1,8 +1,9 @@
 """The reporter: the one place where a run tells the outside world what happens.
 
-Logs (logger ``sdax_hamilton``) and observers (``observer=``, docs/api.md "Observing runs")
-sit behind it; so can other listeners (Hamilton lifecycle adapters, say): each moment of a
-run is one method here, called once, by the driver, in causal order.
+Logs (logger ``sdax_hamilton``) and observers (``observer=``, docs/api.md "Observing runs",
+called through ``observers.py``) sit behind it; so can other listeners (Hamilton lifecycle
+adapters, say): each moment of a run is one method here, called once, by the driver, in
+causal order.
 
 Adding a kind of listener: call it from these methods, make :meth:`Reporter.wants_attempts`
 say yes when it is present, and widen the run's ``self._observers is not None`` tests
@@ -10,6 +11,13 @@ around the whole-run calls (``context.py``) to it.
 
 Jobs are the core's job ids, read through the plan's ``JobTable``. Attempt numbers are
 1-based, as in logs and events.
+
+A run creates its reporter on first use. It asks :meth:`Reporter.wants_attempts` once and
+skips the per-attempt calls of a successful run (``attempt_started``, ``attempt_returned``,
+``attempt_succeeded``) when nobody wants them, and the whole-run calls (``run_started``,
+``shutdown_started``, ``run_finished``) when there are no observers (nothing logs them): a
+run that nobody watches and that does not fail never creates one. Every other call is made
+whenever its moment happens (failures, retries, timeouts: they log).
 """
 
 from __future__ import annotations
@@ -19,8 +27,9 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from .._observe import EventKind, Observer, RunEvent, new_run_id
+from .._observe import EventKind, Observer, new_run_id
 from .jobs import JobTable
+from .observers import Observers
 from .verdicts import plural
 
 logger = logging.getLogger("sdax_hamilton")
@@ -28,9 +37,6 @@ logger = logging.getLogger("sdax_hamilton")
 # logging's own memo of ``logger.isEnabledFor`` answers (emptied in place whenever a level
 # changes); an empty dict where a logging module keeps none, so the method decides.
 _answers: Final[dict[int, bool]] = getattr(logger, "_cache", {})
-
-
-_TERMINATION: Final = (KeyboardInterrupt, SystemExit)
 
 
 def seconds(value: float) -> str:
@@ -47,29 +53,12 @@ class Reporter:
     ``run_id`` and ``node`` (``None`` for a record about the whole run), the id the run's
     events (``RunEvent.run``) and Hamilton graph hooks get (docs/logging.md).
 
-    A run creates its reporter on first use. It asks :meth:`wants_attempts` once and skips
-    the per-attempt calls of a successful run (``attempt_started``, ``attempt_returned``,
-    ``attempt_succeeded``) when nobody wants them, and the whole-run calls
-    (``run_started``, ``shutdown_started``, ``run_finished``) when there are no observers
-    (nothing logs them): a run that nobody watches and that does not fail never creates
-    one. Every other call is made whenever its moment happens (failures, retries,
-    timeouts: they log).
-
-    An observer's ``Exception`` (or ``CancelledError``) is logged (once per observer and
-    run, the rest counted) and ignored. A
-    ``KeyboardInterrupt`` / ``SystemExit`` is logged and handed to ``on_termination``,
-    which stops the run like the same exception out of a node would.
+    Observers are called through ``observers.Observers``: an observer's exception never
+    escapes into the run, and a ``KeyboardInterrupt`` / ``SystemExit`` goes to
+    ``on_termination``, which stops the run like the same exception out of a node would.
     """
 
-    __slots__ = (
-        "_debug",
-        "_jobs",
-        "_loop",
-        "_observers",
-        "_on_termination",
-        "_raised",
-        "_run_id",
-    )
+    __slots__ = ("_debug", "_jobs", "_observers", "_run_id")
 
     def __init__(
         self,
@@ -80,16 +69,14 @@ class Reporter:
         run_id: str | None = None,
     ) -> None:
         self._jobs = jobs  # names are looked up when needed: nothing per node per run
-        self._observers = observers
-        self._loop = loop
-        # Only observers can raise into the run; without them, no way back into it.
-        self._on_termination = on_termination if observers is not None else None
         # Given when Hamilton graph hooks run around the run (they got it first); made here
         # otherwise, on first use: a run nobody watches and that does not fail makes none.
-        self._run_id = run_id if run_id is not None else new_run_id()
+        run_id = self._run_id = run_id if run_id is not None else new_run_id()
+        # Only observers can raise into the run; without them, no way back into it.
+        self._observers = (
+            None if observers is None else Observers(observers, loop, on_termination, run_id)
+        )
         self._debug = logger.isEnabledFor(logging.DEBUG)
-        # Observers that raised in this run: name and how many times (one record each).
-        self._raised: dict[int, tuple[str, int]] | None = None
 
     @staticmethod
     def wants_attempts(observers: tuple[Observer, ...] | None) -> bool:
@@ -109,8 +96,8 @@ class Reporter:
         """The run is over: drop the way back into it and the listeners (which may keep
         the run's failures), so no reference cycle outlives the run. Nothing is reported
         afterwards."""
-        self._on_termination = None
-        self._observers = None
+        if self._observers is not None:
+            self._observers.close()
 
     # ---------------------------------------------------------------- the whole run
 
@@ -130,25 +117,17 @@ class Reporter:
         if self._observers is not None:
             # Stamped with the instant the deadline was counted from, so the two agree exactly.
             at = None if deadline is None else deadline - timeout
-            self._emit("run_started", "", 0, nodes=nodes, deadline=deadline, at=at)
+            self._observers.emit("run_started", "", 0, nodes=nodes, deadline=deadline, at=at)
 
     def shutdown_started(self) -> None:
         if self._observers is not None:
-            self._emit("shutdown_started", "", 0)
+            self._observers.emit("shutdown_started", "", 0)
 
     def run_finished(self, error: BaseException | None) -> None:
         """Everything is released (or the driver gave up); ``error`` is what the run raises."""
         if self._observers is not None:
-            self._emit("run_finished", "", 0, error=error)
-        if self._raised is not None:
-            for name, times in self._raised.values():
-                if times > 1:
-                    logger.error(
-                        "observer %s raised %d more times in this run; ignored",
-                        name,
-                        times - 1,
-                        extra=self._whole(),
-                    )
+            self._observers.emit("run_finished", "", 0, error=error)
+            self._observers.sum_up()
 
     # ---------------------------------------------------------------- attempts
 
@@ -172,7 +151,7 @@ class Reporter:
                 )
         if self._observers is not None:
             kind: EventKind = "attempt_started" if forward else "release_started"
-            self._emit(kind, name, number, clipped=clipped)
+            self._observers.emit(kind, name, number, clipped=clipped)
 
     def guarded_attempt_started(
         self,
@@ -195,7 +174,7 @@ class Reporter:
                 extra=self._extra(job),
             )
         if self._observers is not None:
-            self._emit(
+            self._observers.emit(
                 "attempt_started",
                 self._name(job),
                 number,
@@ -222,7 +201,9 @@ class Reporter:
         if self._debug and not forward:
             logger.debug("release of %r: completed", name, extra=self._extra(job))
         if self._observers is not None:
-            self._emit("attempt_succeeded" if forward else "release_succeeded", name, number)
+            self._observers.emit(
+                "attempt_succeeded" if forward else "release_succeeded", name, number
+            )
 
     def attempt_failed(
         self,
@@ -248,10 +229,12 @@ class Reporter:
                 extra=self._extra(job),
             )
         if self._observers is not None:
-            self._emit("attempt_failed" if forward else "release_failed", name, number, error=error)
+            self._observers.emit(
+                "attempt_failed" if forward else "release_failed", name, number, error=error
+            )
             if retry_delay is not None:
                 retry: EventKind = "retry_scheduled" if forward else "release_retry_scheduled"
-                self._emit(retry, name, number, delay=retry_delay)
+                self._observers.emit(retry, name, number, delay=retry_delay)
 
     def attempt_timed_out(
         self, job: int, number: int, timeout: float | None, clipped: bool = False
@@ -271,7 +254,7 @@ class Reporter:
             kind: EventKind = (
                 "attempt_timed_out" if self._jobs[job].forward else "release_timed_out"
             )
-            self._emit(kind, self._name(job), number, clipped=clipped)
+            self._observers.emit(kind, self._name(job), number, clipped=clipped)
 
     def retry_skipped(
         self,
@@ -294,7 +277,9 @@ class Reporter:
                     extra=self._extra(job),
                 )
             if self._observers is not None:
-                self._emit("retry_skipped", self._name(job), number, error=error, reason=reason)
+                self._observers.emit(
+                    "retry_skipped", self._name(job), number, error=error, reason=reason
+                )
             return
         if logger.isEnabledFor(logging.WARNING):
             logger.warning(
@@ -306,7 +291,7 @@ class Reporter:
                 extra=self._extra(job),
             )
         if self._observers is not None:
-            self._emit(
+            self._observers.emit(
                 "retry_skipped", self._name(job), number, delay=wait, error=error, reason=reason
             )
 
@@ -320,7 +305,7 @@ class Reporter:
                 extra=self._extra(job),
             )
         if self._observers is not None:
-            self._emit("bulkhead_waiting", self._name(job), number)
+            self._observers.emit("bulkhead_waiting", self._name(job), number)
 
     def bulkhead_waited(self, job: int, number: int, waited: float) -> None:
         """Attempt ``number`` got its permit after ``waited`` seconds."""
@@ -340,12 +325,12 @@ class Reporter:
             rejected: EventKind = (
                 "bulkhead_rejected" if kind == "bulkhead_rejected" else "circuit_rejected"
             )
-            self._emit(rejected, self._name(job), number, error=error)
+            self._observers.emit(rejected, self._name(job), number, error=error)
 
     def fallback_used(self, job: int, number: int, error: BaseException) -> None:
         """``job`` failed for good with ``error``; its fallback's value is used."""
         if self._observers is not None:
-            self._emit("fallback_used", self._name(job), number, error=error)
+            self._observers.emit("fallback_used", self._name(job), number, error=error)
 
     def hint_unusable(self, job: int, number: int, problem: str) -> None:
         """The ``retry_after`` hook asked about attempt ``number`` ``problem`` (raised, or
@@ -369,7 +354,7 @@ class Reporter:
                 extra=self._extra(job),
             )
         if self._observers is not None:
-            self._emit("deadline_expired", self._name(job), number, error=error)
+            self._observers.emit("deadline_expired", self._name(job), number, error=error)
 
     def attempt_cancelled(
         self,
@@ -382,7 +367,9 @@ class Reporter:
         cancellation), or it never began; ``reason`` ``"lost to attempt N"``: a hedged
         round's loser, drained."""
         if self._observers is not None:
-            self._emit("attempt_cancelled", self._name(job), number, error=error, reason=reason)
+            self._observers.emit(
+                "attempt_cancelled", self._name(job), number, error=error, reason=reason
+            )
 
     def hedge_started(self, job: int, number: int) -> None:
         """A hedged round starts another call, attempt ``number`` (docs/hedging.md)."""
@@ -391,29 +378,29 @@ class Reporter:
                 "%s: hedge started (attempt %d)", self._subject(job), number, extra=self._extra(job)
             )
         if self._observers is not None:
-            self._emit("hedge_started", self._name(job), number)
+            self._observers.emit("hedge_started", self._name(job), number)
 
     def attempt_self_cancelled(self, job: int, number: int, error: BaseException) -> None:
         """The attempt ended in a ``CancelledError`` none of ours caused: a failure."""
         if self._observers is not None:
-            self._emit("attempt_failed", self._name(job), number, error=error)
+            self._observers.emit("attempt_failed", self._name(job), number, error=error)
 
     def retry_cancelled(self, job: int, attempts: int) -> None:
         """The core dropped the retry wait that followed attempt ``attempts``."""
         if self._observers is not None:
-            self._emit("retry_cancelled", self._name(job), attempts)
+            self._observers.emit("retry_cancelled", self._name(job), attempts)
 
     def cache_hit(self, job: int) -> None:
         """``job`` took its value from the cache (``Driver(..., cache=)``): no attempt."""
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("%s: cache hit", self._subject(job), extra=self._extra(job))
         if self._observers is not None:
-            self._emit("cache_hit", self._name(job), 0)
+            self._observers.emit("cache_hit", self._name(job), 0)
 
     def input_rejected(self, job: int, error: BaseException) -> None:
         """The input check of ``job`` failed before its first attempt: nothing was called."""
         if self._observers is not None:
-            self._emit("input_rejected", self._name(job), 0, error=error)
+            self._observers.emit("input_rejected", self._name(job), 0, error=error)
 
     def failed_for_good(self, job: int, error: BaseException, attempts: int | None) -> None:
         """``job`` failed for good after ``attempts`` attempts (``None``: before the first)."""
@@ -453,66 +440,3 @@ class Reporter:
     def _subject(self, job: int) -> str:
         """``node 'name'`` or ``release of 'name'``, as in notes and logs."""
         return self._jobs[job].subject
-
-    def _emit(
-        self,
-        kind: EventKind,
-        node: str,
-        attempt: int,
-        delay: float | None = None,
-        error: BaseException | None = None,
-        nodes: tuple[str, ...] = (),
-        deadline: float | None = None,
-        clipped: bool = False,
-        at: float | None = None,
-        reason: str | None = None,
-        bulkhead_wait: float | None = None,
-        breaker_state: str | None = None,
-    ) -> None:
-        """Call every observer with one event; an observer's exception never escapes."""
-        event = RunEvent(
-            kind,
-            node,
-            attempt,
-            self._loop.time() if at is None else at,
-            delay,
-            error,
-            self._run_id,
-            nodes,
-            deadline,
-            clipped,
-            reason,
-            bulkhead_wait,
-            breaker_state,
-        )
-        for observer in self._observers or ():
-            try:
-                observer(event)
-            except BaseException as exc:
-                self._observer_raised(observer, event, exc)
-
-    def _observer_raised(self, observer: Observer, event: RunEvent, exc: BaseException) -> None:
-        """Log an observer's exception once per observer and run (with its traceback); later
-        ones are counted and summed up when the run finishes: one misuse, one record."""
-        termination = isinstance(exc, _TERMINATION)
-        name = getattr(observer, "__qualname__", None) or type(observer).__qualname__
-        raised = self._raised
-        if raised is None:
-            raised = self._raised = {}
-        _, times = raised.get(id(observer), (name, 0))
-        raised[id(observer)] = (name, times + 1)
-        if times and not termination:
-            return
-        subject = f" of {event.node!r}" if event.node else ""
-        logger.error(
-            "observer %s raised %s on the %s event%s; %s",
-            name,
-            type(exc).__qualname__,
-            event.kind,
-            subject,
-            "stopping the run" if termination else "ignored",
-            exc_info=exc,
-            extra={"run_id": self._run_id, "node": event.node or None},
-        )
-        if termination and self._on_termination is not None:
-            self._on_termination(exc)

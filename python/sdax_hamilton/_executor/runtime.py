@@ -14,6 +14,7 @@ from .._declarations import Acquisition
 from .._latency import Hedging
 from .._resilience import Bulkhead, CircuitBreaker
 from .._types import split_check
+from .permits import wake
 
 TIMEOUT_MESSAGE: Final = "sdax_hamilton: the attempt timed out"
 """The message of the cancellation that ends a timed-out attempt: node hooks wrapped around
@@ -71,9 +72,8 @@ def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
     """What a plan's runs need to carry out their lone STARTs inside the core's ``Run``
     (src/carry.rs; docs/internals.md, "How the driver carries out STARTs"): each node's
     call, arguments, checks and release, as the driver would use them. A node's bulkhead
-    and breaker admit its carried attempts as the driver's (``guards.py``)."""
-    from .guards import wake  # guards.py imports this module's users
-
+    and breaker admit its carried attempts as the driver's (``guards.py``; a permit
+    the carrier gives back wakes its waiter through ``permits.wake``)."""
     return _core.Carrier(
         [
             _core.CarriedNode(

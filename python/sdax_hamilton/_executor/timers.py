@@ -57,6 +57,15 @@ class Timers:
         table.sleeping += 1
         table.sleeps[job] = loop.call_later(delay, self._sleep_over, job, deadline, due)
 
+    def stop_sleep(self, job: int) -> None:
+        """STOP_SLEEP: ``job``'s retry wait, if armed, is over without ending."""
+        table = self._table
+        handle = table.sleeps[job]
+        if handle is not None:
+            table.sleeps[job] = None
+            table.sleeping -= 1
+            handle.cancel()
+
     def _sleep_over(self, job: int, deadline: float, due: float) -> None:
         """The wait's timer fired: report it over, or re-arm it if it fired early."""
         rest = max(deadline - self._loop.time(), due - _monotonic())

@@ -30,8 +30,3 @@ Decisions where the contract is silent:
 """
 
 from __future__ import annotations
-
-from .driver import Driver
-from .version import SUPPORTED_HAMILTON
-
-__all__ = ["SUPPORTED_HAMILTON", "Driver"]
