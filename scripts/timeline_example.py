@@ -30,14 +30,15 @@ def first_python_block(page: Path) -> str:
     return match.group(1)
 
 
-def main() -> None:
+def draw(page: Path, picture: Path) -> None:
+    """Run the first python block of ``page`` and write its ``report``'s SVG to ``picture``."""
     from sdax_hamilton import RunReport
 
-    module = types.ModuleType("timeline_example")
+    module = types.ModuleType(f"{page.stem}_example")
     sys.modules[module.__name__] = module
     code = compile(
-        first_python_block(PAGE),
-        str(PAGE),
+        first_python_block(page),
+        str(page),
         "exec",
         flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
     )
@@ -47,9 +48,13 @@ def main() -> None:
             asyncio.run(outcome)
     report = module.__dict__["report"]
     if not isinstance(report, RunReport):
-        raise SystemExit(f"{PAGE}: the example's `report` is not a RunReport")
-    PICTURE.write_text(report.to_svg(), encoding="utf-8")
-    print(f"wrote {PICTURE.relative_to(ROOT)} ({report.outcome}, {len(report.nodes)} nodes)")
+        raise SystemExit(f"{page}: the example's `report` is not a RunReport")
+    picture.write_text(report.to_svg(), encoding="utf-8")
+    print(f"wrote {picture.relative_to(ROOT)} ({report.outcome}, {len(report.nodes)} nodes)")
+
+
+def main() -> None:
+    draw(PAGE, PICTURE)
 
 
 if __name__ == "__main__":
