@@ -20,13 +20,13 @@ from .. import _core
 from .._declarations import Acquisition
 from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
 from .cache import CacheRun
+from .cancels import Cancels
 from .fanout import RunJobs, Sources
 from .guards import Guards
 from .hedging import Hedger
 from .jobs import Job, JobTable
 from .record import FailureRecord
 from .reporter import Reporter
-from .runtime import TIMEOUT_MESSAGE
 from .timers import Timers
 
 _START: Final = _core.START
@@ -54,8 +54,6 @@ _EXPIRED: Final = EventKind.EXPIRED
 _RUNNING: Final = AttemptState.RUNNING
 _TIMED_OUT: Final = AttemptState.TIMED_OUT
 _CANCELLED: Final = AttemptState.CANCELLED
-_CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
-_CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
 _CoroutineType: Final = types.CoroutineType
 _isawaitable: Final = inspect.isawaitable
 
@@ -67,6 +65,7 @@ class Calls:
         "__weakref__",
         "_acquisitions",
         "_arguments",
+        "_cancels",
         "_guards",
         "_hedger",
         "_loop",
@@ -118,6 +117,7 @@ class Calls:
         self.timers: Timers | None = None  # attempt timeouts and retry waits, when first used
         self._guards: Guards | None = None  # the shared objects at work (``guards``)
         self._hedger: Hedger | None = None  # hedged rounds (``hedger``)
+        self._cancels: Cancels | None = None  # cancellations of attempts (``cancels``)
         # The run's lookups and stores (``cache.py``), when the plan caches nodes.
         self.cache = None if jobs.cache is None else CacheRun(jobs.cache, self, loop)
         # The run's fan-out sources (``fanout.py``); ``None``: the plan has none.
@@ -175,6 +175,13 @@ class Calls:
             hedger = self._hedger = Hedger(self, self._loop)
         return hedger
 
+    def cancels(self) -> Cancels:
+        """The run's cancellations of attempts (``cancels.py``), made on first use."""
+        cancels = self._cancels
+        if cancels is None:
+            cancels = self._cancels = Cancels(self)
+        return cancels
+
     @property
     def guards_made(self) -> Guards | None:
         return self._guards
@@ -189,7 +196,7 @@ class Calls:
             elif op == _SLEEP:
                 self._timers().sleep(job, arg or 0.0)
             elif op == _CANCEL:
-                self._cancel(job)
+                self.cancels().job(job)
             elif op == _STOP_SLEEP:
                 if self.timers is not None:  # else no wait was ever armed
                     self.timers.stop_sleep(job)
@@ -257,7 +264,11 @@ class Calls:
             except BaseException as exc:
                 table.post((_RAISED, attempt, exc))
                 return
-        self.returned(attempt, result)
+        if type(result) is _CoroutineType:  # ``returned``'s common case: every async call
+            attempt.aw = result
+            table.fresh.append(attempt)
+        else:
+            self.returned(attempt, result)
 
     def _diverted(
         self, attempt: Attempt, job: Job, kwargs: dict[str, Any], timeout: float | None
@@ -377,42 +388,6 @@ class Calls:
             self._acquisitions[job.id] = Acquisition()
         return kwargs
 
-    def _cancel(self, job: int) -> None:
-        """CANCEL: cancel each live attempt of ``job`` once, noting whether it reached it."""
-        for attempt in self.table.live_of(job):
-            self.cancel_attempt(attempt)
-        if self.cache is not None:
-            self.cache.cancel(job)  # a store in progress: the job drains when it is over
-
-    def cancel_attempt(self, attempt: Attempt) -> None:
-        if attempt.state >= _CANCELLED:
-            return
-        if attempt.state == _TIMED_OUT:
-            # Already cancelled once, by its timeout: it is draining.
-            attempt.state = _CANCELLED_TIMED_OUT
-            return
-        task = attempt.task
-        if task is None and attempt.aw is None and self._guards is not None:
-            if self._guards.waiting(attempt):
-                self._guards.cancel_waiting(attempt)  # waiting for a permit: it leaves
-                return
-        if task is None:
-            # Not launched yet (``launch`` reports it unstarted), or a sync call whose
-            # outcome is queued (its own). Inline attempts are marked by the coordinator
-            # before the core's CANCEL arrives.
-            attempt.state = _CANCEL_MISSED
-            return
-        began = attempt.state == _RUNNING
-        # False when the task has already finished: its outcome is queued and is its own.
-        attempt.state = _CANCELLED if task.cancel() else _CANCEL_MISSED
-        if not began:
-            # The task never ran a step: its awaitable will never be awaited.
-            task.add_done_callback(lambda _task: self._unstarted_done(attempt))
-
-    def _unstarted_done(self, attempt: Attempt) -> None:
-        self.table.live -= 1
-        self.table.post((_UNSTARTED, attempt, None))
-
     def launch(self) -> None:
         """Give every fresh awaitable a task of its own (and its timeout a timer)."""
         loop = self._loop
@@ -425,7 +400,7 @@ class Calls:
             attempt.task = loop.create_task(self._attempt_task(attempt))
             timeout = attempt.timeout
             if timeout is not None:
-                self._timers().arm(attempt, timeout, self.time_out)
+                self._timers().arm(attempt, timeout, self.cancels().time_out)
         table.fresh.clear()
 
     async def _attempt_task(self, attempt: Attempt) -> None:
@@ -453,7 +428,7 @@ class Calls:
         attempt.baseline = task.cancelling()
         timeout = attempt.timeout
         if timeout is not None:
-            self._timers().arm_inline(attempt, timeout, task, self.time_out)
+            self._timers().arm_inline(attempt, timeout, task, self.cancels().time_out)
         timers = self.timers  # ``None``: no attempt of the run had a timeout yet
         try:
             value = await attempt.aw
@@ -469,14 +444,3 @@ class Calls:
         if attempt.state is _TIMED_OUT:  # identity: the enum member itself
             task.uncancel()
         return False, value
-
-    def time_out(self, attempt: Attempt, task: asyncio.Task[Any]) -> None:
-        """The attempt's time is up: cancel what runs it (inline: the phase's task)."""
-        attempt.state = _TIMED_OUT
-        task.cancel(TIMEOUT_MESSAGE)
-        self.report().attempt_timed_out(
-            attempt.id,
-            attempt.number + 1,
-            attempt.timeout,
-            self.was_clipped(attempt.job, attempt.number),
-        )

@@ -88,6 +88,7 @@ class PhaseOwner(Protocol):
     _internal: BaseException | None
     _record: FailureRecord | None
     _phase_done: asyncio.Future[None] | None
+    _phase_task: asyncio.Task[None] | None
 
     def _parts(self) -> Calls: ...
     def _report(self) -> Reporter: ...
@@ -411,7 +412,7 @@ def _stop_everything(ctx: PhaseOwner, calls: Calls) -> list[Job]:
     live = list(table.all_live())
     for attempt in live:
         unlaunched = attempt.task is None and attempt.state == _CALLED
-        calls.cancel_attempt(attempt)
+        calls.cancels().attempt(attempt)
         if unlaunched and type(attempt.aw) is _CoroutineType:
             attempt.aw.close()  # never awaited: its body never ran
             table.end(attempt)
