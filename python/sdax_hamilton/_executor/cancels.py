@@ -14,11 +14,11 @@ import asyncio
 import weakref
 from typing import Any, Final, Protocol, cast
 
-from .attempts import Attempt, AttemptState, AttemptTable, EventKind
+from .attempts import Attempt, AttemptState, EventKind
 from .cache import CacheRun
+from .calls_seen import CallsSeen
 from .guards import Guards
 from .jobs import Job
-from .reporter import Reporter
 from .runtime import TIMEOUT_MESSAGE
 
 _UNSTARTED: Final = EventKind.UNSTARTED
@@ -29,17 +29,14 @@ _CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
 _CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
 
 
-class RunCalls(Protocol):
+class RunCalls(CallsSeen, Protocol):
     """What cancelling uses of the run's ``calls.Calls``, which holds it (a protocol:
     ``calls`` imports this module)."""
 
     @property
-    def table(self) -> AttemptTable: ...
-    @property
     def cache(self) -> CacheRun | None: ...
     @property
     def guards_made(self) -> Guards | None: ...
-    def report(self) -> Reporter: ...
     def was_clipped(self, job: Job, attempt_number: int) -> bool: ...
 
 
