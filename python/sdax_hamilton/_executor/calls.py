@@ -122,7 +122,7 @@ class Calls:
         self.cache = None if jobs.cache is None else CacheRun(jobs.cache, self, loop)
         # The run's fan-out sources (``fanout.py``); ``None``: the plan has none.
         self.fans: Sources | None = None
-        if isinstance(jobs, RunJobs):
+        if jobs.fan_outs is not None and isinstance(jobs, RunJobs):
             self.fans = Sources(self, jobs, values)
             jobs.on_grow = weakref.WeakMethod(self._grow)
 

@@ -164,7 +164,9 @@ def _phase_task_ends(ctx: PhaseOwner, carrying: bool) -> None:
     task, and the run holds the failure record its parts made meanwhile, if any."""
     calls = ctx._calls
     if calls is not None:
-        calls.stop_inline()
+        timers = calls.timers
+        if timers is not None:  # ``Calls.stop_inline``
+            timers.stop_inline()
         if ctx._record is None:
             ctx._record = calls.record
         # The run outlives its phase's task wherever a failure's traceback keeps its
