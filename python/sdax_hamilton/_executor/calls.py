@@ -18,11 +18,12 @@ from typing import Any, Final
 
 from .. import _core
 from .._declarations import Acquisition
-from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
+from .attempts import Attempt, AttemptState, AttemptTable, EventKind
 from .cache import CacheRun
 from .cancels import Cancels
 from .fanout import RunJobs, Sources
 from .guards import Guards
+from .handback import carried
 from .hedging import Hedger
 from .jobs import Job, JobTable
 from .record import FailureRecord
@@ -41,10 +42,6 @@ _NO_BUDGET: Final = _core.NO_BUDGET
 _FALLBACK: Final = _core.FALLBACK
 _FAN_OPS: Final = (_core.DRAW, _core.CLOSE, _core.STOP_DRAW)
 _CARRIED: Final = _core.CARRIED
-_CARRIED_RAISED: Final = _core.CARRIED_RAISED
-_CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
-_CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
-_CARRIED_REJECTED: Final = _core.CARRIED_REJECTED
 _CARRIED_BREAKER: Final = _core.CARRIED_BREAKER
 _RETURNED: Final = EventKind.RETURNED
 _RAISED: Final = EventKind.RAISED
@@ -192,7 +189,7 @@ class Calls:
             if op == _START:
                 self._start(self.jobs[job], attempt, arg)
             elif op == _CARRIED:
-                self._carried(self.jobs[job], attempt, arg)
+                carried(self, self.jobs[job], attempt, arg)
             elif op == _SLEEP:
                 self._timers().sleep(job, arg or 0.0)
             elif op == _CANCEL:
@@ -336,39 +333,6 @@ class Calls:
         if job.forward and job.node.release is not None:
             self._acquisitions[job.id] = Acquisition(result, job.node.output_type)
         self.table.post((_RAISED, attempt, exc))
-
-    def _carried(self, job: Job, number: int, hand: _core.HandBack) -> None:
-        """Go on with attempt ``number`` (the first) of ``job``, which the core's ``Run``
-        carried out up to where the driver is needed (src/carry.rs): ``hand`` says how it
-        ended and carries what the driver needs to go on."""
-        attempt = Attempt(job, number, hand.timeout)
-        table = self.table
-        table.add(attempt)
-        if hand.how == _CARRIED_REJECTED:  # an input check raised: nothing was called
-            table.post((_BAD_INPUT, attempt, hand.payload))
-            return
-        if job.forward:
-            self.kwargs[job.id] = hand.kwargs  # read by its retries
-            if hand.admitted:  # by its bulkhead and breaker: ended as the driver's are
-                self.guards().carried(attempt)
-            if job.node.release is not None and self._acquisitions[job.id] is None:
-                self._acquisitions[job.id] = Acquisition()
-        else:
-            before = hand.cancelling
-            if before is not None and self.task.cancelling() > before:
-                # The release's coroutine cancelled its own task, as an inline release is
-                # seen to: never the caller, whose cancellations land on its own wait.
-                self.failures().caller_cancelled(asyncio.CancelledError(), True)
-        how = hand.how
-        if how == _CARRIED_RAISED:
-            table.post((_RAISED, attempt, hand.payload))
-        elif how == _CARRIED_RETURNED:
-            table.post((_RETURNED, attempt, hand.payload))
-        else:  # awaited like any awaitable a call returned (a lone one: inline)
-            payload = hand.payload
-            attempt.aw = resume(payload, hand.yielded) if how == _CARRIED_SUSPENDED else payload
-            attempt.started = hand.started  # its timer counts from the call
-            table.fresh.append(attempt)
 
     def _first_kwargs(self, attempt: Attempt) -> dict[str, Any] | None:
         """The first attempt's arguments, read and checked as a carried START's are (one
