@@ -2,8 +2,9 @@
 
 A START becomes a call of the node's (or release's) function. An awaitable result is either
 awaited inline in the phase's task (a lone attempt: ``Calls.inline``, which the coordinator
-decides on) or in a task of its own; a timeout is a timer that cancels what runs it. How an
-attempt ended goes on the table's queue (or, inline, back to the coordinator), for
+decides on) or in a task of its own; a timeout is a timer that cancels what runs it
+(``cancels.py``, as a CANCEL does; a ``CARRIED`` START is picked up by ``handback.py``). How
+an attempt ended goes on the table's queue (or, inline, back to the coordinator), for
 ``Outcomes``. docs/internals.md, "How the driver carries out STARTs", gives the reasons.
 """
 
