@@ -148,7 +148,8 @@ async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, thro
         # it must not keep the task (``_phase_task_ends`` lets ``Calls`` go of it too).
         task = None
         try:
-            _phase_task_ends(ctx, carrying is not None)
+            if carrying is not None or ctx._calls is not None:  # else nothing to let go of
+                _phase_task_ends(ctx, carrying is not None)
             carrying = None
         finally:
             # The caller is woken whatever failed above (no call that could fail). A
@@ -286,7 +287,7 @@ def _begin_forward(ctx: PhaseOwner, carrying: Any, task: asyncio.Task[Any]) -> b
         calls.task = task
         calls.execute(commands)
         return True
-    return ctx._calls is not None or bool(run.pending)
+    return ctx._calls is not None or run.pending > 0
 
 
 async def _drive(ctx: PhaseOwner, task: asyncio.Task[Any]) -> None:
