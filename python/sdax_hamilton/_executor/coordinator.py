@@ -148,8 +148,7 @@ async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, thro
         # it must not keep the task (``_phase_task_ends`` lets ``Calls`` go of it too).
         task = None
         try:
-            if carrying is not None or ctx._calls is not None:  # else nothing to let go of
-                _phase_task_ends(ctx, carrying is not None)
+            _phase_task_ends(ctx, carrying is not None)
             carrying = None
         finally:
             # The caller is woken whatever failed above (no call that could fail). A
