@@ -180,6 +180,10 @@ class Calls:
             cancels = self._cancels = Cancels(self)
         return cancels
 
+    def _time_out(self, attempt: Attempt, task: asyncio.Task[Any]) -> None:
+        """An attempt's timer fired (``Timers``): cancelled as ``Cancels.time_out`` says."""
+        self.cancels().time_out(attempt, task)
+
     @property
     def guards_made(self) -> Guards | None:
         return self._guards
@@ -365,7 +369,7 @@ class Calls:
             attempt.task = loop.create_task(self._attempt_task(attempt))
             timeout = attempt.timeout
             if timeout is not None:
-                self._timers().arm(attempt, timeout, self.cancels().time_out)
+                self._timers().arm(attempt, timeout, self._time_out)
         table.fresh.clear()
 
     async def _attempt_task(self, attempt: Attempt) -> None:
@@ -393,7 +397,7 @@ class Calls:
         attempt.baseline = task.cancelling()
         timeout = attempt.timeout
         if timeout is not None:
-            self._timers().arm_inline(attempt, timeout, task, self.cancels().time_out)
+            self._timers().arm_inline(attempt, timeout, task, self._time_out)
         timers = self.timers  # ``None``: no attempt of the run had a timeout yet
         try:
             value = await attempt.aw

@@ -4,8 +4,8 @@ Each live attempt of a cancelled job is cancelled once, and its state says wheth
 cancellation reached it (``AttemptState``): one whose outcome is already queued keeps it
 (``CANCEL_MISSED``), one draining its own timeout is marked so, one waiting for a bulkhead's
 permit leaves the queue, and a task cancelled before its first step reports itself
-unstarted (its awaitable is never awaited). Made when a run first cancels or times out an
-attempt (``Calls.cancels``): a run that does neither never makes one.
+unstarted (its awaitable is never awaited). Made when a run first cancels an attempt or
+an attempt's timer fires (``Calls.cancels``): a run that does neither never makes one.
 """
 
 from __future__ import annotations
