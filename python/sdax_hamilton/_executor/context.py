@@ -216,16 +216,12 @@ class RunContext:
         parts make one when needed); returns ``_calls``."""
         calls = self._calls
         if calls is None:
-            reporter, run, loop, values = self._reporter, self._run, self._loop, self._values
-            acquisitions = self._acquisitions
+            values = self._values
             calls = self._calls = Calls(
-                self._jobs, run, loop, values, acquisitions, self._clipped, self._watch,
-                reporter, self._record, self._run_id,
+                self._jobs, self._run, self._loop, values, self._acquisitions, self._clipped,
+                self._watch, self._reporter, self._record, self._run_id,
             )  # fmt: skip
-            self._outcomes = Outcomes(
-                calls, run, loop, values, acquisitions, self._deadline is not None,
-                self._watch, reporter,
-            )  # fmt: skip
+            self._outcomes = Outcomes(calls, values, self._deadline is not None)
         return calls
 
     def _terminated(self, exc: BaseException) -> None:

@@ -45,6 +45,9 @@ class Job:
     before the call, by ``guards.Guards`` or (a lone first attempt of a node without
     hedging, admitted at once) by the core's ``Run`` (src/carry.rs); a hedged one's call
     is a round (``hedging.py``)."""
+    plain: bool = False
+    """A forward job that is neither guarded nor owns a release: how its attempts end is
+    the common case (``Outcomes.returned``'s first branch)."""
 
 
 class PlanCache:
@@ -138,7 +141,10 @@ class JobTable(tuple[Job, ...]):
                 node.retryable,
                 node.retry_after,
                 None,
-                node.bulkhead is not None or node.breaker is not None or node.hedge is not None,
+                guarded := (
+                    node.bulkhead is not None or node.breaker is not None or node.hedge is not None
+                ),
+                not guarded and node.release is None,
             )
             for i, node in enumerate(nodes)
         ]

@@ -13,7 +13,6 @@ import asyncio
 import types
 from typing import Any, Final
 
-from .. import _core
 from .._declarations import Acquisition
 from .._types import invalid_output
 from .attempts import Attempt, AttemptState, Event, EventKind
@@ -42,14 +41,12 @@ class Outcomes:
     """Events in; the core told, its commands carried out (made with the run's ``Calls``)."""
 
     __slots__ = (
-        "_acquisitions",
         "_cache",
         "_calls",
         "_execute",
         "_failures",
         "_kwargs",
-        "_loop",
-        "_reporter",
+        "_plain",
         "_run",
         "_table",
         "_timed",
@@ -57,51 +54,40 @@ class Outcomes:
         "_watch",
     )
 
-    def __init__(
-        self,
-        calls: Calls,
-        run: _core.Run,
-        loop: asyncio.AbstractEventLoop,
-        values: dict[str, Any],
-        acquisitions: list[Acquisition[Any] | None],
-        timed: bool,
-        watch: bool,
-        reporter: Reporter | None,
-    ) -> None:
+    def __init__(self, calls: Calls, values: dict[str, Any], timed: bool) -> None:
         self._calls = calls
-        self._cache = calls.cache  # the run's lookups and stores (``cache.py``), if any
+        cache = self._cache = calls.cache  # the run's lookups and stores (``cache.py``), if any
         self._execute = calls.execute
         self._table = calls.table
         self._kwargs = calls.kwargs  # grown in place with the run's jobs (``Calls._grow``)
-        self._run = run
-        self._loop = loop
+        self._run = calls.run
         self._values = values
-        self._acquisitions = acquisitions
         self._timed = timed  # the run has a deadline: the core is told the time first
-        self._watch = watch
-        self._reporter = reporter
+        watch = self._watch = calls.watching
+        # Nothing of the run looks at a value between its return and the core (no cache,
+        # nobody watching attempts): a ``Job.plain`` job's attempts end in ``returned``'s
+        # first branch.
+        self._plain = cache is None and not watch
         self._failures: Failures | None = None
 
     def _report(self) -> Reporter:
-        reporter = self._reporter
-        if reporter is None:
-            reporter = self._reporter = self._calls.report()
-        return reporter
+        return self._calls.report()
 
     def _failing(self) -> Failures:
         """The run's side of its failures, made when the run first fails."""
         failures = self._failures
         if failures is None:
+            calls = self._calls
             failures = self._failures = Failures(
-                self._calls, self._run, self._loop, self._values, self._acquisitions,
-                self._timed, self._calls.failures(),
+                calls, self._run, calls._loop, self._values, calls._acquisitions, self._timed,
+                calls.failures(),
             )  # fmt: skip
         return failures
 
     def handle(self, event: Event) -> None:
         kind, subject, payload = event
         if self._timed:
-            self._run.clock(self._loop.time())
+            self._run.clock(self._calls._loop.time())
         if kind is _RETURNED:
             self.returned(subject, payload)
         elif kind is _RAISED:
@@ -137,17 +123,38 @@ class Outcomes:
         job = attempt.job
         job_id = attempt.id
         running = self._table.running
-        if running[job_id] is attempt and attempt.timer is None and not job.guarded:
-            running[job_id] = attempt.next  # ``AttemptTable.end``, for the common case
-        else:
-            self._returned_end(attempt)
+        if (
+            job.plain
+            and self._plain
+            and attempt.state is _RUNNING
+            and running[job_id] is attempt  # the job's only live attempt, or its latest
+        ):
+            # The common case: ``_returned``'s path for it, with nothing to skip.
+            running[job_id] = attempt.next  # ``AttemptTable.end``
+            timer = attempt.timer
+            if timer is not None:
+                attempt.timer = None
+                timer.cancel()
+            node = job.node
+            check = node.output_check
+            if check is not None and not self._output_ok(attempt, check, value):
+                return
+            self._values[node.name] = value
+            self._kwargs[job_id] = None  # as in ``_succeeded``
+            self._execute(self._run.succeeded(job_id))
+            return
+        self._returned(attempt, value)
+
+    def _returned(self, attempt: Attempt, value: Any) -> None:
+        """``returned``, every case."""
+        job = attempt.job
+        job_id = attempt.id
+        self._returned_end(attempt)
         if job.forward:
             node = job.node
             if node.release is not None:
-                self._acquisitions[job_id] = Acquisition(value, node.output_type)
-            # ``is not _RUNNING`` first: the common case costs one identity test.
-            state = attempt.state
-            if state is not _RUNNING and state >= _CANCELLED:
+                self._calls._acquisitions[job_id] = Acquisition(value, node.output_type)
+            if attempt.state >= _CANCELLED:
                 self._report().attempt_cancelled(job_id, attempt.number + 1)
                 self._execute(self._run.drained(job_id))
                 return
@@ -162,11 +169,7 @@ class Outcomes:
             self._values[node.name] = value
             if cache is not None and cache.store(attempt, value):
                 return  # done when the store is over (``_STORED``)
-            # ``_succeeded``, inlined: every node the driver calls passes here.
-            self._kwargs[job_id] = None
-            if self._watch:
-                self._report().attempt_succeeded(job_id, attempt.number + 1)
-            self._execute(self._run.succeeded(job_id))
+            self._succeeded(attempt)
             return
         self._release_returned(attempt, value)
 
@@ -269,7 +272,7 @@ class Outcomes:
             if aw is not None:
                 aw.close()
             if job.forward and attempt.number == 0:
-                self._acquisitions[job.id] = None
+                self._calls._acquisitions[job.id] = None
             self._execute(self._run.unstarted(job.id))
             return
         # The call itself ran and returned an awaitable we never awaited: it started.
