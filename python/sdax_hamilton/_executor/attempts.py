@@ -102,7 +102,9 @@ class Attempt:
         "timer",
     )
 
-    def __init__(self, job: Job, number: int, timeout: float | None) -> None:
+    def __init__(
+        self, job: Job, number: int, timeout: float | None, following: Attempt | None = None
+    ) -> None:
         self.job = job
         self.id = job.id  # the core's job id, which every report to the core names
         self.number = number  # 0-based attempt number
@@ -111,7 +113,9 @@ class Attempt:
         self.aw: Any = None  # the awaitable the call returned
         self.task: asyncio.Task[None] | None = None  # its own task, when not inline
         self.timer: asyncio.Handle | None = None  # its own timeout, when not inline
-        self.next: Attempt | None = None  # the job's next live attempt (``AttemptTable``)
+        # The job's next live attempt (``AttemptTable``): ``following`` when the attempt
+        # is made live as it is made (``Calls._start``).
+        self.next = following
         # Carried out by the core (``Calls.carried``) with a timeout: ``(loop time,
         # monotonic time)`` before the call, where its timer counts from; else from being
         # awaited.

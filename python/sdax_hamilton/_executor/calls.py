@@ -231,11 +231,10 @@ class Calls:
     def _start(self, job: Job, attempt_number: int, timeout: float | None) -> None:
         """Call the job's function now. An awaitable result joins ``fresh``: the
         coordinator awaits it inline or launches it in a task of its own."""
-        attempt = Attempt(job, attempt_number, timeout)
         table = self.table
         running = table.running  # ``AttemptTable.add``, inlined: every attempt passes here
-        attempt.next = running[job.id]
-        running[job.id] = attempt
+        job_id = job.id
+        attempt = running[job_id] = Attempt(job, attempt_number, timeout, running[job_id])
         if job.forward:
             # Arguments are read and checked once (before a lookup, if any); retries reuse them.
             kwargs = self.kwargs[job.id] if attempt_number else self._first_kwargs(attempt)

@@ -137,8 +137,15 @@ class Outcomes:
                 timer.cancel()
             node = job.node
             check = node.output_check
-            if check is not None and not self._output_ok(attempt, check, value):
-                return
+            if check is not None:  # ``_output_ok``, inlined
+                try:
+                    ok = check(value)
+                except BaseException as broken:
+                    self._failing().fail(attempt, broken, False)
+                    return
+                if not ok:
+                    self._invalid(attempt, value)
+                    return
             self._values[node.name] = value
             self._kwargs[job_id] = None  # as in ``_succeeded``
             self._execute(self._run.succeeded(job_id))
@@ -242,19 +249,21 @@ class Outcomes:
             self._failing().fail(attempt, broken, False)
             return False
         if not ok:
-            node = attempt.job.node
-            try:
-                invalid: BaseException = invalid_output(
-                    node.name, node.origin, node.output_type, value
-                )
-            except BaseException as hostile:  # user code describing the type (a ``repr``)
-                invalid = (
-                    hostile
-                    if isinstance(hostile, _TERMINATION)
-                    else TypeError(f"Invalid output from {node.name} ({node.origin})")
-                )
-            self._failing().fail(attempt, invalid, False)
+            self._invalid(attempt, value)
         return bool(ok)
+
+    def _invalid(self, attempt: Attempt, value: Any) -> None:
+        """``value`` failed the node's output check: the node's failure, reported here."""
+        node = attempt.job.node
+        try:
+            invalid: BaseException = invalid_output(node.name, node.origin, node.output_type, value)
+        except BaseException as hostile:  # user code describing the type (a ``repr``)
+            invalid = (
+                hostile
+                if isinstance(hostile, _TERMINATION)
+                else TypeError(f"Invalid output from {node.name} ({node.origin})")
+            )
+        self._failing().fail(attempt, invalid, False)
 
     def raised(self, attempt: Attempt, exc: BaseException) -> None:
         """An attempt awaited inline raised ``exc`` (``Failures.raised``)."""
