@@ -380,8 +380,14 @@ class Calls:
             self.table.post((_RAISED, attempt, exc))
             del attempt  # exc's traceback holds this frame: not the attempt and its task
         else:
-            self.table.live -= 1
-            self.table.post((_RETURNED, attempt, value))
+            table = self.table
+            table.live -= 1
+            table.events.append((_RETURNED, attempt, value))  # ``AttemptTable.post``, inlined
+            waiter = table.waiter
+            if waiter is not None:
+                table.waiter = None
+                if not waiter.done():
+                    waiter.set_result(None)
 
     async def inline(self, attempt: Attempt) -> tuple[bool, Any]:
         """Await a lone attempt in the phase's task itself; ``(raised, value or exception)``.

@@ -34,6 +34,7 @@ _TIMED_OUT: Final = AttemptState.TIMED_OUT
 _CANCELLED: Final = AttemptState.CANCELLED
 _CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
 _CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
+_RETURNED: Final = EventKind.RETURNED
 _CoroutineType: Final = types.CoroutineType
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
 _sleep: Final = asyncio.sleep
@@ -291,7 +292,7 @@ def _begin_forward(ctx: PhaseOwner, carrying: Any, task: asyncio.Task[Any]) -> b
 
 async def _drive(ctx: PhaseOwner, task: asyncio.Task[Any]) -> None:
     """Process events and carry out commands until the phase is quiescent."""
-    calls = ctx._parts()
+    calls = ctx._calls or ctx._parts()
     outcomes = ctx._outcomes
     assert outcomes is not None  # made with ``calls``
     calls.task = task
@@ -302,10 +303,17 @@ async def _drive(ctx: PhaseOwner, task: asyncio.Task[Any]) -> None:
     events = table.events
     fresh = table.fresh
     handle = outcomes.handle
+    # Without a deadline (the core told the time first: ``Outcomes.handle``), a returned
+    # attempt goes straight to ``Outcomes.returned``.
+    returned = outcomes.returned if ctx._deadline is None else None
     run = ctx._run
     while True:
         while events:
-            handle(events.popleft())
+            event = events.popleft()
+            if event[0] is _RETURNED and returned is not None:
+                returned(event[1], event[2])
+            else:
+                handle(event)
         if fresh:
             if (
                 len(fresh) == 1

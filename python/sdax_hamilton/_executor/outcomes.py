@@ -148,7 +148,9 @@ class Outcomes:
                     return
             self._values[node.name] = value
             self._kwargs[job_id] = None  # as in ``_succeeded``
-            self._execute(self._run.succeeded(job_id))
+            commands = self._run.succeeded(job_id)
+            if commands:  # most successes start nothing new
+                self._execute(commands)
             return
         self._returned(attempt, value)
 
