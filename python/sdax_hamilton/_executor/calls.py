@@ -235,41 +235,57 @@ class Calls:
         running = table.running  # ``AttemptTable.add``, inlined: every attempt passes here
         job_id = job.id
         attempt = running[job_id] = Attempt(job, attempt_number, timeout, running[job_id])
-        if job.forward:
-            # Arguments are read and checked once (before a lookup, if any); retries reuse them.
-            kwargs = self.kwargs[job.id] if attempt_number else self._first_kwargs(attempt)
-            if kwargs is None:
-                return  # bad input, reported
-            if (self.cache is not None or job.guarded) and self._diverted(
-                attempt, job, kwargs, timeout
-            ):
-                return
-            if self.watching:
-                self.report().attempt_started(
-                    job.id, attempt_number + 1, self.was_clipped(job, attempt_number)
-                )
+        if not job.forward:
+            self._start_release(attempt, job)
+            return
+        # Arguments are read and checked once, at the first attempt (before a lookup, if any:
+        # ``start_after_miss``), as a carried START's are (one reading for both paths:
+        # ``Carrier.arguments``, src/carry.rs); retries reuse them.
+        kwargs = self.kwargs[job_id]
+        if kwargs is None:
+            if attempt_number:
+                return  # the first attempt's input was bad, reported
             try:
-                result = job.node.call(**kwargs)
-            except BaseException as exc:
-                table.post((_RAISED, attempt, exc))
+                kwargs = self._arguments(job_id, self._values)
+            except BaseException as exc:  # a KeyboardInterrupt from a check stops the run
+                table.post((_BAD_INPUT, attempt, exc))
                 return
-        else:
-            release = job.release
-            if release is None:  # pragma: no cover - contract violation by the core
-                raise RuntimeError(f"sdax_hamilton internal error: no release for {job.name!r}")
-            record = self._acquisitions[job.owner]
-            if self.watching:
-                self.report().attempt_started(job.id, attempt_number + 1)
-            try:
-                result = release.call(Acquisition() if record is None else record)
-            except BaseException as exc:
-                table.post((_RAISED, attempt, exc))
-                return
+            self.kwargs[job_id] = kwargs
+            if job.node.release is not None:
+                self._acquisitions[job_id] = Acquisition()  # an owner's record, once
+        if (self.cache is not None or job.guarded) and self._diverted(
+            attempt, job, kwargs, timeout
+        ):
+            return
+        if self.watching:
+            self.report().attempt_started(
+                job_id, attempt_number + 1, self.was_clipped(job, attempt_number)
+            )
+        try:
+            result = job.node.call(**kwargs)
+        except BaseException as exc:
+            table.post((_RAISED, attempt, exc))
+            return
         if type(result) is _CoroutineType:  # ``returned``'s common case: every async call
             attempt.aw = result
             table.fresh.append(attempt)
         else:
             self.returned(attempt, result)
+
+    def _start_release(self, attempt: Attempt, job: Job) -> None:
+        """``_start`` of a release job: call the release with what its node acquired."""
+        release = job.release
+        if release is None:  # pragma: no cover - contract violation by the core
+            raise RuntimeError(f"sdax_hamilton internal error: no release for {job.name!r}")
+        record = self._acquisitions[job.owner]
+        if self.watching:
+            self.report().attempt_started(job.id, attempt.number + 1)
+        try:
+            result = release.call(Acquisition() if record is None else record)
+        except BaseException as exc:
+            self.table.post((_RAISED, attempt, exc))
+            return
+        self.returned(attempt, result)
 
     def _diverted(
         self, attempt: Attempt, job: Job, kwargs: dict[str, Any], timeout: float | None
@@ -337,24 +353,6 @@ class Calls:
         if job.forward and job.node.release is not None:
             self._acquisitions[job.id] = Acquisition(result, job.node.output_type)
         self.table.post((_RAISED, attempt, exc))
-
-    def _first_kwargs(self, attempt: Attempt) -> dict[str, Any] | None:
-        """The first attempt's arguments, read and checked as a carried START's are (one
-        reading for both paths: ``Carrier.arguments``, src/carry.rs); ``None`` after posting
-        the bad input. An owner gets its acquisition record here, once."""
-        job = attempt.job
-        kwargs = self.kwargs[job.id]
-        if kwargs is not None:  # read before a lookup that missed (``start_after_miss``)
-            return kwargs
-        try:
-            kwargs = self._arguments(job.id, self._values)
-        except BaseException as exc:  # a KeyboardInterrupt from a check stops the run
-            self.table.post((_BAD_INPUT, attempt, exc))
-            return None
-        self.kwargs[job.id] = kwargs
-        if job.node.release is not None:
-            self._acquisitions[job.id] = Acquisition()
-        return kwargs
 
     def launch(self) -> None:
         """Give every fresh awaitable a task of its own (and its timeout a timer)."""
