@@ -265,7 +265,10 @@ class RunContext:
 
     def _executed(self) -> dict[str, Any]:
         """Both phases are over: the results, or the run's failure raised."""
-        self._phase_ended()
+        if self._internal is None:  # ``_phase_ended``'s common case
+            self._phase_done = self._phase_task = None
+        else:
+            self._phase_ended()
         record = self._record
         if record is not None and not record.clean:
             self._fail_run()
