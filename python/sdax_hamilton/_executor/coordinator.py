@@ -113,8 +113,9 @@ async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, thro
         assert task is not None
         carrier = ctx._carrier
         # With a carrier, the core's Run carries out lone STARTs in this task.
-        if carrier is not None:
-            carrying = (carrier, ctx._values, ctx._acquisitions, task, loop.time)
+        carrying = (
+            None if carrier is None else (carrier, ctx._values, ctx._acquisitions, task, loop.time)
+        )
         if commands is None:
             if _begin_forward(ctx, carrying, task):
                 await _drive(ctx, task)
@@ -149,8 +150,9 @@ async def coordinate(ctx: PhaseOwner, commands: list[_core.Command] | None, thro
         # it must not keep the task (``_phase_task_ends`` lets ``Calls`` go of it too).
         task = None
         try:
-            _phase_task_ends(ctx, carrying is not None)
-            carrying = None
+            if carrying is not None or ctx._calls is not None:  # else nothing to end
+                _phase_task_ends(ctx, carrying is not None)
+                carrying = None
         finally:
             # The caller is woken whatever failed above (no call that could fail). A
             # salvaged forward phase has carried out its releases: the run is done.
