@@ -11,8 +11,8 @@ with the lock let go between pieces:
 * ``data_version``: Hamilton's ``hash_value``, its own result for every value; ``bytes``,
   ``str``, contiguous arrays and data frames (and series) with a unique index are hashed in
   pieces (the same digest, over the same bytes or the same rows in the same order), and a
-  ``list`` or ``tuple`` is hashed as Hamilton hashes a sequence, its ``str`` and ``bytes``
-  items in pieces.
+  ``list`` or ``tuple`` is hashed as Hamilton hashes a sequence, over its items' data
+  versions computed the same way.
 * ``write_result`` / ``read_result``: the file Hamilton's ``FileResultStore`` writes and
   reads (one pickle of the value, read by ``pickle.loads``), written by ``pickle.dump`` and
   read by ``pickle.load`` through a file that moves large buffers in pieces straight
