@@ -30,7 +30,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -64,7 +64,7 @@ def data_version(value: Any) -> str:
     if kind is str:
         return _text_version(value)
     if kind is list or kind is tuple:
-        return _sequence_version(value, 0)
+        return _item_versions()(value, 0)
     how = fp.hash_value.dispatch(kind)
     if how is fp.hash_bytes:
         return _md5(memoryview(value).cast("B"))
@@ -93,19 +93,6 @@ def _text_version(text: str) -> str:
             pace()
     except UnicodeEncodeError:
         return str(fp.hash_value(text))  # Hamilton's own error (a lone surrogate)
-    return str(fp._compact_hash(digest.digest()))
-
-
-def _sequence_version(items: list[Any] | tuple[Any, ...], depth: int) -> str:
-    """``fingerprinting.hash_sequence`` (sha224 of its items' data versions, in order), with
-    its items versioned by ``_item_version``."""
-    from hamilton.caching import fingerprinting as fp  # type: ignore[import-untyped, unused-ignore]
-
-    digest = hashlib.sha224()
-    pace = _Pace()
-    for item in items:
-        digest.update(_item_version(item, depth + 1).encode())
-        pace()
     return str(fp._compact_hash(digest.digest()))
 
 
@@ -156,30 +143,47 @@ def _rows_version(rows: Any) -> str:
     one row at a time."""
     from hamilton.caching import fingerprinting as fp  # type: ignore[import-untyped, unused-ignore]
 
+    version = _item_versions()
     digest = hashlib.sha224()
-    pace = _Pace()
     for label, row in rows.items():
-        digest.update(_item_version(label, 2).encode())
-        digest.update(_item_version(row, 2).encode())
-        pace()
+        digest.update(version(label, 2).encode())
+        digest.update(version(row, 2).encode())
     return str(fp._compact_hash(digest.digest()))
 
 
-def _item_version(item: Any, depth: int) -> str:
-    """``fingerprinting.hash_value(item, depth=depth)`` of an item of a container; numbers
-    and strings as Hamilton's ``hash_primitive`` (md5 of ``str(item)``) without its dispatch."""
+def _item_versions() -> Callable[[Any, int], str]:
+    """``fingerprinting.hash_value(item, depth=depth)`` for the items of a container (the
+    lock offered between items): numbers and strings as Hamilton's ``hash_primitive`` (md5
+    of ``str(item)``) without its dispatch, lists and tuples as its ``hash_sequence`` (sha224
+    of their items' versions, in order), ``str`` and ``bytes`` in pieces."""
     from hamilton.caching import fingerprinting as fp  # type: ignore[import-untyped, unused-ignore]
 
-    kind = type(item)
-    if kind is int or kind is float or kind is bool:
-        return str(fp._compact_hash(hashlib.md5(str(item).encode()).digest()))
-    if kind is str:
-        return _text_version(item)
-    if kind is bytes:
-        return _md5(memoryview(item))
-    if kind is list or kind is tuple:
-        return _sequence_version(item, depth)
-    return str(fp.hash_value(item, depth=depth))
+    compact = fp._compact_hash
+    md5 = hashlib.md5
+    pace = _Pace()
+
+    def version(item: Any, depth: int) -> str:
+        pace()
+        kind = type(item)
+        if kind is int or kind is float or kind is bool:
+            return str(compact(md5(str(item).encode()).digest()))
+        if kind is str:
+            if len(item) > TEXT_PIECE:
+                return _text_version(item)
+            try:
+                return str(compact(md5(item.encode()).digest()))
+            except UnicodeEncodeError:
+                return str(fp.hash_value(item))  # Hamilton's own error (a lone surrogate)
+        if kind is bytes:
+            return _md5(memoryview(item))
+        if kind is list or kind is tuple:
+            digest = hashlib.sha224()
+            for part in item:
+                digest.update(version(part, depth + 1).encode())
+            return str(compact(digest.digest()))
+        return str(fp.hash_value(item, depth=depth))
+
+    return version
 
 
 class _Pace:
