@@ -429,6 +429,24 @@ async def loop_lag(
         del module.BLOBS[kind]
         gc.collect()
 
+    from sdax_hamilton._hamilton.cache_io import TEXT_PIECE
+
+    text = kinds()["str (ASCII)"]()
+    pieces = [text[start : start + TEXT_PIECE] for start in range(0, len(text), TEXT_PIECE)]
+    del text
+    kept: list[Any] = []
+    joins = []
+    for _ in range(reps):
+        joins.append(
+            await lag_during(lambda: loop.run_in_executor(executor(), "".join, pieces), kept)
+        )
+        kept.clear()
+    print(
+        f"\nThe one call left in loading the str: joining its {len(pieces)} pieces, alone in a "
+        f"cache thread: {ms(joins)} ms"
+    )
+    pieces.clear()
+
     module.BLOBS["bytes"] = os.urandom(SIZE)
 
     async def hamilton_on_loop() -> None:
