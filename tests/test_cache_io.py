@@ -131,6 +131,7 @@ def test_large_str_and_list_values_round_trip_as_hamilton_reads_them(
     version = f"v-{name}".replace(" ", "-").replace(",", "")
     path = Path(store._path_from_data_version(version))
     cache_io.write_result(path, value)
+    assert b"sdax" not in path.read_bytes()  # only builtins: read where this package is not
     ours, theirs, hamiltons = (
         cache_io.read_result(path),
         pickle.loads(path.read_bytes()),  # what Hamilton's FileResultStore.get does
