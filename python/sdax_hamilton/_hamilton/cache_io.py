@@ -270,11 +270,10 @@ class _Reader:
 class _Items:
     """Stands for a ``list`` while it is pickled: written as ``list()`` plus its items."""
 
-    __slots__ = ("items", "value")
+    __slots__ = ("items",)
 
-    def __init__(self, items: Iterator[Any], value: list[Any] | None) -> None:
+    def __init__(self, items: Iterator[Any]) -> None:
         self.items = items
-        self.value = value  # the list itself (its items come from ``items``)
 
 
 class _Text:
@@ -319,7 +318,7 @@ class _Pickler(pickle.Pickler):
         if kind is _Items:
             return (list, (), None, obj.items)
         if kind is _Text:
-            return (str.join, ("", _Items(self._pieces(obj.text), None)))
+            return (str.join, ("", _Items(self._pieces(obj.text))))
         return NotImplemented
 
     def _pieces(self, text: str) -> Iterator[str]:
@@ -356,7 +355,7 @@ class _Pickler(pickle.Pickler):
         if kind is str and len(obj) > TEXT_PIECE:
             obj = _Text(obj)
         elif kind is list and len(obj) > BATCH:
-            stand_in = _Items(iter(()), obj)
+            stand_in = _Items(iter(()))
             stand_in.items = self._items(stand_in, obj)
             obj = stand_in
         super().dump(obj)
