@@ -41,7 +41,6 @@ class Outcomes:
     """Events in; the core told, its commands carried out (made with the run's ``Calls``)."""
 
     __slots__ = (
-        "_cache",
         "_calls",
         "_execute",
         "_failures",
@@ -51,23 +50,20 @@ class Outcomes:
         "_table",
         "_timed",
         "_values",
-        "_watch",
     )
 
     def __init__(self, calls: Calls, values: dict[str, Any], timed: bool) -> None:
         self._calls = calls
-        cache = self._cache = calls.cache  # the run's lookups and stores (``cache.py``), if any
         self._execute = calls.execute
         self._table = calls.table
         self._kwargs = calls.kwargs  # grown in place with the run's jobs (``Calls._grow``)
         self._run = calls.run
         self._values = values
         self._timed = timed  # the run has a deadline: the core is told the time first
-        watch = self._watch = calls.watching
         # Nothing of the run looks at a value between its return and the core (no cache,
         # nobody watching attempts): a ``Job.plain`` job's attempts end in ``returned``'s
         # first branch.
-        self._plain = cache is None and not watch
+        self._plain = calls.cache is None and not calls.watching
         self._failures: Failures | None = None
 
     def _report(self) -> Reporter:
@@ -167,10 +163,10 @@ class Outcomes:
                 self._report().attempt_cancelled(job_id, attempt.number + 1)
                 self._execute(self._run.drained(job_id))
                 return
-            cache = self._cache
+            cache = self._calls.cache  # the run's lookups and stores (``cache.py``), if any
             if cache is not None and self._looked_up(cache, attempt, value):
                 return
-            if self._watch:
+            if self._calls.watching:
                 self._report().attempt_returned(job_id, attempt.number + 1, attempt.timed_out)
             check = node.output_check
             if check is not None and not self._output_ok(attempt, check, value):
@@ -192,7 +188,7 @@ class Outcomes:
             error = TypeError(f"Shutdown must return None: {attempt.job.name}")
             self._failing().fail(attempt, error, False)
             return
-        if self._watch:
+        if self._calls.watching:
             self._report().attempt_succeeded(job_id, attempt.number + 1)
         self._execute(self._run.succeeded(job_id))
 
@@ -225,7 +221,7 @@ class Outcomes:
     def _stored(self, attempt: Attempt) -> None:
         """The cache's store of the attempt's value is over: the node is done, or drained
         if the core cancelled it meanwhile (the entry is whole either way)."""
-        cache = self._cache
+        cache = self._calls.cache
         if cache is not None and cache.store_cancelled(attempt.id):
             self._report().attempt_cancelled(attempt.id, attempt.number + 1)
             self._execute(self._run.drained(attempt.id))
@@ -237,7 +233,7 @@ class Outcomes:
         # No attempt of it will need its arguments again (an open run would otherwise hold
         # them until it exits).
         self._calls.kwargs[attempt.id] = None
-        if self._watch:
+        if self._calls.watching:
             self._report().attempt_succeeded(attempt.id, attempt.number + 1)
         self._execute(self._run.succeeded(attempt.id))
 
