@@ -49,6 +49,7 @@ _RAISED: Final = EventKind.RAISED
 _UNSTARTED: Final = EventKind.UNSTARTED
 _BAD_INPUT: Final = EventKind.BAD_INPUT
 _EXPIRED: Final = EventKind.EXPIRED
+_CALLED: Final = AttemptState.CALLED
 _RUNNING: Final = AttemptState.RUNNING
 _TIMED_OUT: Final = AttemptState.TIMED_OUT
 _CANCELLED: Final = AttemptState.CANCELLED
@@ -359,7 +360,9 @@ class Calls:
         loop = self._loop
         table = self.table
         for attempt in table.fresh:
-            if attempt.state >= _CANCELLED:
+            state = attempt.state
+            # A fresh attempt is CALLED unless the core CANCELled it since.
+            if state is not _CALLED and state >= _CANCELLED:
                 table.post((_UNSTARTED, attempt, None))
                 continue
             table.live += 1  # before create_task: an eager task factory may finish it at once
