@@ -369,7 +369,7 @@ class Calls:
             attempt.task = loop.create_task(self._attempt_task(attempt))
             timeout = attempt.timeout
             if timeout is not None:
-                self._timers().arm(attempt, timeout, self._time_out)
+                (self.timers or self._timers()).arm(attempt, timeout, self._time_out)
         table.fresh.clear()
 
     async def _attempt_task(self, attempt: Attempt) -> None:
