@@ -956,3 +956,82 @@ async def test_hedging_applies_per_item(make_module: Any) -> None:
     assert result == {"answers": [0, 7, 14, 21]}
     assert [e.node for e in events if e.kind == "hedge_started"] == ["answer[1]"]
     assert mod.CALLS == {0: 1, 1: 2, 2: 1, 3: 1}
+
+
+SALVAGED = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import Acquisition, shutdown
+
+LOG = []
+
+
+class _Hostile(type):
+    # The item check of ``Parallelizable[Item]`` is the driver's own bookkeeping: what it
+    # raises is not a node's failure, and the run is salvaged (coordinator.salvage).
+    def __instancecheck__(cls, value):
+        if value == 3:
+            raise MemoryError("the item check ran out of memory")
+        return isinstance(value, int)
+
+
+class Item(metaclass=_Hostile):
+    pass
+
+
+def conn() -> str:
+    LOG.append("acquired conn")
+    return "conn"
+
+
+@shutdown(of=conn)
+def close_conn(acquired: Acquisition[str]) -> None:
+    LOG.append("released conn")
+
+
+{source}
+
+
+async def work(items: Item, conn: str) -> int:
+    await asyncio.sleep(0.01)
+    return items
+
+
+def total(work: Collect[int]) -> int:
+    return sum(work)
+"""
+
+SALVAGED_SYNC = """
+def items(conn: str) -> Parallelizable[Item]:
+    try:
+        yield from range(10)
+    finally:
+        LOG.append("source closed")
+"""
+
+SALVAGED_ASYNC = """
+async def items(conn: str) -> Parallelizable[Item]:
+    try:
+        for i in range(10):
+            yield i
+    finally:
+        await asyncio.sleep(0)
+        LOG.append("source closed")
+"""
+
+
+@pytest.mark.parametrize("source", [SALVAGED_SYNC, SALVAGED_ASYNC], ids=["sync", "async"])
+async def test_a_salvaged_run_closes_the_source_before_it_raises(
+    make_module: Any, source: str
+) -> None:
+    mod = make_module(SALVAGED.replace("{source}", source))
+    plan = Driver(mod).prepare(["total"])
+    with pytest.raises(ExecutionError) as raised:
+        await plan.execute()
+    (memory,) = raised.value.exceptions
+    assert isinstance(memory, MemoryError)
+    assert any("could not go on" in note for note in memory.__notes__), memory.__notes__
+    # The source was closed (its ``finally`` ran) and the outer resource released, before
+    # the run raised.
+    assert mod.LOG.count("source closed") == 1, mod.LOG
+    assert mod.LOG[0] == "acquired conn" and mod.LOG[-1] == "released conn", mod.LOG

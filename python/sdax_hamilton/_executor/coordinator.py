@@ -220,6 +220,8 @@ async def salvage(ctx: PhaseOwner, exc: BaseException) -> bool:
             )
             failures.failed(exc)
         ctx._internal = None
+        if calls.fans is not None:  # every open source closed before any release
+            await calls.fans.salvage(ctx._run.close_sources())
         ctx._stage = _CLOSING
         calls.execute(ctx._run.abandon())
         await _drive(ctx, task)

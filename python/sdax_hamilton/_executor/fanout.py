@@ -224,7 +224,7 @@ class RunJobs(list[Job]):
 class Sources:
     """The sources of one run's fan-outs: DRAW, CLOSE and STOP_DRAW carried out."""
 
-    __slots__ = ("_calls", "_draws", "_its", "_jobs", "_values")
+    __slots__ = ("_abandoned", "_calls", "_closing", "_draws", "_its", "_jobs", "_values")
 
     def __init__(self, calls: RunCalls, jobs: RunJobs, values: dict[str, Any]) -> None:
         # Weak: ``calls`` holds this object, and a run's parts form no cycle (they are freed
@@ -234,6 +234,8 @@ class Sources:
         self._values = values
         self._its: dict[int, Iterator[Any] | AsyncIterator[Any] | None] = {}
         self._draws: dict[int, asyncio.Task[None]] = {}  # in flight from async sources
+        self._closing: set[int] = set()  # whose task in ``_draws`` is an ``aclose()``
+        self._abandoned = False  # ``salvage``: nothing more is reported to the core
 
     def execute(self, op: int, job: int, item: int) -> None:
         post = self._calls.table.post
@@ -269,6 +271,8 @@ class Sources:
 
     def _draw(self, payload: tuple[int, int]) -> None:
         job, item = payload
+        if self._abandoned:
+            return
         run = self._calls.run
         if run.aborted:
             # Stopped while this draw waited in the queue: nothing is drawn; the core drops
@@ -312,6 +316,8 @@ class Sources:
 
     def _ended(self, payload: tuple[int, int, bool, bool, Any]) -> None:
         job, item, ok, has, value = payload
+        if self._abandoned:
+            return
         self._draws.pop(job, None)
         if ok:
             self._drawn(job, item, has, value)
@@ -360,14 +366,21 @@ class Sources:
                 return f
         raise RuntimeError(f"sdax_hamilton internal error: job {job} has no fan-out")
 
-    def _close(self, job: int) -> None:
+    def _source(self, job: int) -> Any:
         it: Any = self._its.pop(job, None)
         if it is None:  # never drawn from: the source object itself may be a generator
             it = self._values.get(self._jobs[job].name)
+        return it
+
+    def _close(self, job: int) -> None:
+        if self._abandoned:
+            return
+        it = self._source(job)
         try:
             if hasattr(it, "aclose"):
                 task = asyncio.get_running_loop().create_task(it.aclose())
                 self._draws[job] = task
+                self._closing.add(job)
                 task.add_done_callback(lambda done: self._close_done(job, done))
                 return
             close = getattr(it, "close", None)
@@ -383,7 +396,10 @@ class Sources:
 
     def _closed_async(self, payload: tuple[int, BaseException | None]) -> None:
         job, exc = payload
+        if self._abandoned:
+            return
         self._draws.pop(job, None)
+        self._closing.discard(job)
         if exc is not None:
             self._close_failed(job, exc)
         self._calls.execute(self._calls.run.closed(job))
@@ -400,3 +416,34 @@ class Sources:
         except BaseException:
             pass
         calls.failures().failed(exc)
+
+    async def salvage(self, commands: Sequence[_core.Command]) -> None:
+        """The run is being salvaged (``coordinator.salvage``): carry out the core's CLOSEs
+        (``Run.close_sources``) to their end, now, reporting none of them; a draw in flight
+        is stopped first, a close in flight awaited. From here on nothing queued for the
+        sources reaches the core."""
+        self._abandoned = True
+        for _op, job, _item, _arg in commands:
+            task = self._draws.pop(job, None)
+            closing = job in self._closing
+            self._closing.discard(job)
+            if task is not None:
+                if not closing:
+                    task.cancel()
+                try:
+                    await task
+                except BaseException as exc:
+                    if closing:
+                        self._close_failed(job, exc)
+                if closing:
+                    continue
+            it = self._source(job)
+            try:
+                if hasattr(it, "aclose"):
+                    await it.aclose()
+                else:
+                    close = getattr(it, "close", None)
+                    if close is not None:
+                        close()
+            except BaseException as exc:
+                self._close_failed(job, exc)
