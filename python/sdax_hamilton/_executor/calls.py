@@ -183,7 +183,8 @@ class Calls:
         """Carry out ``commands`` in order, now."""
         for op, job, attempt, arg in commands:
             if op == _START:
-                self._start(self.jobs[job], attempt, arg)
+                if self.fans is None or not self.fans.carry(job, attempt, arg):
+                    self._start(self.jobs[job], attempt, arg)
             elif op == _CARRIED:
                 self._carried(self.jobs[job], attempt, arg)
             elif op == _SLEEP:
@@ -201,15 +202,17 @@ class Calls:
                 self._start(self.jobs[job], attempt, arg)
             elif op == _EXPIRE:
                 self.table.post((_EXPIRED, self.jobs[job], attempt))
-            elif op == _NO_ROOM or op == _BAD_HINT or op == _NO_BUDGET or op == _FALLBACK:
-                pass  # why a failure is final, or a fallback: read by ``Outcomes``
-            elif op == _CARRIED_BREAKER:
-                self.guards().carried_transition(job, arg)
             else:
-                self._fan_command(op, job, attempt)
+                self._other_command(op, job, attempt, arg)
 
-    def _fan_command(self, op: int, job: int, attempt: int) -> None:
-        """A fan-out's DRAW, CLOSE or STOP_DRAW (``fanout.Sources``)."""
+    def _other_command(self, op: int, job: int, attempt: int, arg: Any) -> None:
+        """Why a failure is final or a fallback (read by ``Outcomes``), a carried attempt's
+        breaker transition, or a fan-out's DRAW, CLOSE or STOP_DRAW (``fanout.Sources``)."""
+        if op == _NO_ROOM or op == _BAD_HINT or op == _NO_BUDGET or op == _FALLBACK:
+            return
+        if op == _CARRIED_BREAKER:
+            self.guards().carried_transition(job, arg)
+            return
         if self.fans is None or op not in _FAN_OPS:  # pragma: no cover - the core's contract
             raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
         self.fans.execute(op, job, attempt)
@@ -379,6 +382,8 @@ class Calls:
 
     def _cancel(self, job: int) -> None:
         """CANCEL: cancel each live attempt of ``job`` once, noting whether it reached it."""
+        if self.fans is not None and self.fans.cancel(job):
+            return  # a carried item's (``fanout.Sources.carry``)
         for attempt in self.table.live_of(job):
             self.cancel_attempt(attempt)
         if self.cache is not None:

@@ -20,16 +20,19 @@ Only plans with a ``Parallelizable`` node make either: every other plan keeps it
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
+import inspect
+import types
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from .. import _core
 from .._failures import add_note_once
-from .attempts import EventKind
+from .attempts import Attempt, AttemptState, EventKind
 from .jobs import FanOut, Job, JobTable
-from .runtime import NodeRuntime
+from .runtime import NodeRuntime, _takes_positionally
 
 if TYPE_CHECKING:
     from .attempts import AttemptTable
@@ -42,6 +45,9 @@ class RunCalls(Protocol):
 
     table: AttemptTable
     run: _core.Run
+    watching: bool
+    clipped: list[int] | None
+    kwargs: list[dict[str, Any] | None]
 
     def failures(self) -> FailureRecord: ...
 
@@ -55,15 +61,37 @@ _DRAW: Final = _core.DRAW
 _CLOSE: Final = _core.CLOSE
 _STOP_DRAW: Final = _core.STOP_DRAW
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+_FAN_OPS: Final = (_DRAW, _CLOSE, _STOP_DRAW)
+_START: Final = _core.START
+_RAISED: Final = EventKind.RAISED
+_RETURNED: Final = EventKind.RETURNED
+_UNSTARTED: Final = EventKind.UNSTARTED
+_RUNNING_STATE: Final = AttemptState.RUNNING
+_CANCELLED_STATE: Final = AttemptState.CANCELLED
+_CANCEL_MISSED_STATE: Final = AttemptState.CANCEL_MISSED
+_CoroutineType: Final = types.CoroutineType
+_isawaitable: Final = inspect.isawaitable
+# What ``Sources._call`` came to.
+_AWAIT: Final = object()
+_VALUE: Final = object()
+_HANDED: Final = object()
 
 
 class _Branch:
-    """How a branch node's job is made for item ``i`` (built once per run, per template)."""
+    """How a branch node's job is made for item ``i`` (built once per run, per template).
 
-    __slots__ = ("args", "fields", "job", "name", "renamed")
+    Until something needs a grown job's record (``Job``, with its item's ``NodeRuntime``),
+    the run's table holds this object in its place: an item whose nodes ``Sources.carry``
+    carries out to their end never gets one (``RunJobs.__getitem__`` makes it on demand)."""
 
-    def __init__(self, job: Job, per_item: frozenset[str]) -> None:
+    __slots__ = (
+        "args", "call", "carried", "fan", "fields", "job", "name", "output_check",
+        "positional", "renamed",
+    )  # fmt: skip
+
+    def __init__(self, job: Job, fan: int, per_item: frozenset[str], carried: bool) -> None:
         self.job = job
+        self.fan = fan
         node = job.node
         self.name = node.name
         # (keyword, key, per item): a per-item key is read as ``key[i]``
@@ -77,6 +105,14 @@ class _Branch:
         # A call wrapped in Hamilton's node hooks (``_adapters._NodeCall``) is renamed per
         # item, so that its hooks and attempt numbers are the item's node's.
         self.renamed: Callable[[str], Any] | None = getattr(node.call, "renamed", None)
+        self.call = node.call
+        self.output_check = node.output_check
+        self.positional = not node.defaults and _takes_positionally(node.call, node.args)
+        # Its first attempts may be carried out by ``Sources.carry``: nothing around the
+        # call needs the driver's records (no guard, hedging, release or node hooks).
+        self.carried = carried and not (
+            job.guarded or node.release is not None or self.renamed is not None
+        )
 
     def grown(self, item: int, job_id: int) -> Job:
         template = self.job
@@ -90,8 +126,12 @@ class _Branch:
                    template.hook, None, template.guarded)  # fmt: skip
 
 
-class RunJobs(list[Job]):
-    """One fan-out run's job table: ``jobs[job]`` as in ``JobTable``, growing with the run."""
+class RunJobs(list[Any]):
+    """One fan-out run's job table: ``jobs[job]`` as in ``JobTable``, growing with the run.
+
+    A grown job's place holds its template's ``_Branch`` until its record is first read
+    (``__getitem__``), and a release's place its owner's id until then: a run whose items
+    are carried out to their end (``Sources.carry``) makes no record per item."""
 
     nodes: tuple[NodeRuntime, ...]
     forward_count: int
@@ -108,6 +148,7 @@ class RunJobs(list[Job]):
         self._plan_jobs = plan_jobs
         self.nodes = plan_jobs.nodes
         self.forward_count = n
+        self.plan_forward = n
         self.carrier = None
         self.cache = None
         self.shared = plan_jobs.shared
@@ -117,11 +158,14 @@ class RunJobs(list[Job]):
         self._branches: list[list[_Branch]] = []
         self._reads: list[tuple[tuple[str, int], ...]] = []
         self._unread: dict[str, int] = {}  # ``key[i]`` -> the item's nodes yet to read it
-        for fan in fan_outs:
+        # Per fan-out, per item: the id of its first grown job (its jobs are contiguous).
+        self.firsts: list[list[int]] = [[] for _ in fan_outs]
+        carried = plan_jobs.cache is None
+        for f, fan in enumerate(fan_outs):
             per_item = frozenset(
                 [plan_jobs[fan.source].name, *(plan_jobs[t].name for t in fan.templates)]
             )
-            branches = [_Branch(plan_jobs[t], per_item) for t in fan.templates]
+            branches = [_Branch(plan_jobs[t], f, per_item, carried) for t in fan.templates]
             self._branches.append(branches)
             # How many of the item's nodes read each of its values (the collected one is
             # the Collect node's): a value is dropped once the last of them has read it, so
@@ -151,20 +195,37 @@ class RunJobs(list[Job]):
 
     def __getitem__(self, job: Any) -> Any:
         try:
-            return list.__getitem__(self, job)
+            entry = list.__getitem__(self, job)
         except IndexError:
             if self._released or type(job) is not int:
                 raise
-        self._add_releases()
-        return list.__getitem__(self, job)
+            self._add_releases()
+            entry = list.__getitem__(self, job)
+        if type(entry) is _Branch:  # a grown job's record, made when first read
+            entry = entry.grown(self.item_of(job, entry), job)
+            list.__setitem__(self, job, entry)
+        elif type(entry) is int:  # a release's, likewise
+            entry = self._release(job, self[entry])
+            list.__setitem__(self, job, entry)
+        return entry
+
+    def item_of(self, job: int, branch: _Branch) -> int:
+        """The item of grown job ``job`` of ``branch``."""
+        return bisect.bisect_right(self.firsts[branch.fan], job) - 1
+
+    def unmade(self, job: int) -> _Branch | None:
+        """The branch of grown job ``job`` while it has no record (``None``: it has one, or
+        it is not a grown job)."""
+        entry = list.__getitem__(self, job)
+        return entry if type(entry) is _Branch else None
 
     def grow(self, f: int) -> None:
         """The core grew item ``items[f]`` of fan-out ``f``: one job per branch node."""
         item = self.items[f]
         self.items[f] = item + 1
-        first = len(self)
+        self.firsts[f].append(len(self))
         branches = self._branches[f]
-        self.extend(b.grown(item, first + k) for k, b in enumerate(branches))
+        self.extend(branches)
         unread = self._unread
         for key, count in self._reads[f]:
             unread[f"{key}[{item}]"] = count
@@ -172,18 +233,19 @@ class RunJobs(list[Job]):
         self._grew(len(branches), True)
 
     def _add_releases(self) -> None:
-        """The shutdown phase began: release ``i`` is job ``n + i``."""
+        """The shutdown phase began: release ``i`` is job ``n + i`` (its record made when
+        first read)."""
         self._released = True
         n = len(self)
-        self.extend(
-            Job(n + i, False, job.node, i, job.name, f"release of {job.name!r}",
-                () if job.node.release is None else job.node.release.retryable,
-                None if job.node.release is None else job.node.release.retry_after,
-                job.node.release)
-            for i, job in enumerate(list.__iter__(self))
-            if i < n
-        )  # fmt: skip
+        self.extend(range(n))
         self._grew(n, False)
+
+    @staticmethod
+    def _release(job: int, owner: Job) -> Job:
+        release = owner.node.release
+        return Job(job, False, owner.node, owner.id, owner.name, f"release of {owner.name!r}",
+                   () if release is None else release.retryable,
+                   None if release is None else release.retry_after, release)  # fmt: skip
 
     def _grew(self, jobs: int, forward: bool) -> None:
         grow = None if self.on_grow is None else self.on_grow()
@@ -199,19 +261,11 @@ class RunJobs(list[Job]):
             key = fan.collected
             pop = values.pop
             values[key] = [pop(f"{key}[{i}]") for i in range(self.items[f])]
-        if job < self._plan_jobs.forward_count:
+        if job < self.plan_forward:
             return self._plan_arguments(job, values)
-        node = list.__getitem__(self, job).node
+        node = self[job].node
         kwargs = {kw: values[key] for kw, key in node.args}
-        unread = self._unread
-        for _kw, key in node.args:
-            left = unread.get(key)
-            if left is not None:
-                if left == 1:
-                    del unread[key]
-                    del values[key]
-                else:
-                    unread[key] = left - 1
+        self._read((key for _kw, key in node.args), values)
         if node.defaults:
             for kw, default in node.defaults.items():
                 kwargs.setdefault(kw, default)
@@ -220,11 +274,53 @@ class RunJobs(list[Job]):
                 raise TypeError(f"Invalid input for {node.name}.{kw}")
         return kwargs
 
+    def _read(self, keys: Iterable[str], values: dict[str, Any]) -> None:
+        """A grown job's arguments were read: a value none of its item's nodes is yet to
+        read is dropped."""
+        unread = self._unread
+        for key in keys:
+            left = unread.get(key)
+            if left is not None:
+                if left == 1:
+                    del unread[key]
+                    values.pop(key, None)
+                else:
+                    unread[key] = left - 1
+
+    def carried_args(self, branch: _Branch, item: int, values: dict[str, Any]) -> list[Any] | None:
+        """The arguments (in ``branch.args``' order) of item ``item``'s first attempt of
+        ``branch``'s node, read and checked as ``arguments`` does; ``None`` when they cannot
+        be passed so (a value missing, a check failing or raising: ``arguments`` then
+        reads them again for the driver, which reports). Nothing is dropped yet
+        (``carried_read``)."""
+        read = []
+        try:
+            for _kw, key, per in branch.args:
+                read.append(values[f"{key}[{item}]" if per else key])
+            checks = branch.job.node.input_checks
+            if checks:
+                given = {
+                    kw: value for (kw, _key, _per), value in zip(branch.args, read, strict=True)
+                }
+                for kw, check in checks:
+                    if not check(given[kw]):
+                        return None
+        except Exception:
+            return None
+        return read
+
+    def carried_read(self, branch: _Branch, item: int, values: dict[str, Any]) -> None:
+        """Item ``item``'s first attempt of ``branch``'s node read its arguments."""
+        self._read((f"{key}[{item}]" for _kw, key, per in branch.args if per), values)
+
 
 class Sources:
     """The sources of one run's fan-outs: DRAW, CLOSE and STOP_DRAW carried out."""
 
-    __slots__ = ("_abandoned", "_calls", "_closing", "_draws", "_its", "_jobs", "_values")
+    __slots__ = (
+        "_abandoned", "_calls", "_carrying", "_closing", "_draws", "_flights", "_its", "_jobs",
+        "_loop", "_values",
+    )  # fmt: skip
 
     def __init__(self, calls: RunCalls, jobs: RunJobs, values: dict[str, Any]) -> None:
         # Weak: ``calls`` holds this object, and a run's parts form no cycle (they are freed
@@ -236,6 +332,11 @@ class Sources:
         self._draws: dict[int, asyncio.Task[None]] = {}  # in flight from async sources
         self._closing: set[int] = set()  # whose task in ``_draws`` is an ``aclose()``
         self._abandoned = False  # ``salvage``: nothing more is reported to the core
+        # ``carry``: whether the run lets items be carried out (nobody watches attempts, no
+        # run timeout); the items in flight, by the job each is at.
+        self._carrying = not calls.watching and calls.clipped is None
+        self._flights: dict[int, _Flight] = {}
+        self._loop = asyncio.get_running_loop()
 
     def execute(self, op: int, job: int, item: int) -> None:
         post = self._calls.table.post
@@ -255,6 +356,224 @@ class Sources:
                 task.cancel()
         else:  # pragma: no cover - contract violation by the core
             raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
+
+    # ------------------------------------------------------------------ items carried out
+    #
+    # The core STARTs each grown job as it STARTs any job; a first attempt without a
+    # timeout of a node that needs no record around its call (``_Branch.carried``) is
+    # carried out here, the way the core's carrier carries out a lone START (src/carry.rs):
+    # called with its item's values, its value stored, the core told, and the item's next
+    # START carried out the same way. An item's async nodes run in one task of its own
+    # (``_fly``), one after the other, as a hand-written ``gather`` of items would: the
+    # first step of every node runs in the task that goes on with it. Whatever needs the
+    # driver (a failure, a cancellation, a value whose check fails) is handed to it as the
+    # attempt it would have had at that point (``_hand_off``), with the job's record made
+    # then. Nothing is decided here: which job starts next is the core's.
+
+    def carry(self, job: int, attempt: int, timeout: float | None) -> bool:
+        """Carry out START ``job`` (``attempt``, ``timeout``) if it may be; else ``False``
+        and the driver carries it out (``Calls._start``)."""
+        jobs = self._jobs
+        if (
+            attempt
+            or timeout is not None
+            or not self._carrying
+            or not jobs.plan_forward <= job < jobs.forward_count
+        ):
+            return False
+        branch = jobs.unmade(job)
+        if branch is None or not branch.carried:
+            return False
+        item = jobs.item_of(job, branch)
+        args = jobs.carried_args(branch, item, self._values)
+        if args is None:
+            return False
+        jobs.carried_read(branch, item, self._values)
+        flight = _Flight(job, branch, item, args)
+        called, payload = self._call(flight)
+        if called is _AWAIT:
+            flight.aw = payload
+            table = self._calls.table
+            table.live += 1  # before create_task: an eager task factory may finish it at once
+            self._flights[job] = flight
+            flight.task = self._loop.create_task(self._fly(flight))
+        elif called is _VALUE:
+            self._calls.execute(self._succeeded(flight, payload))
+        return True
+
+    def _call(self, flight: _Flight) -> tuple[object, Any]:
+        """Call ``flight``'s node: ``(_AWAIT, awaitable)``, ``(_VALUE, value)``, or
+        ``(_HANDED, None)`` once handed to the driver."""
+        branch = flight.branch
+        try:
+            if branch.positional:
+                result = branch.call(*flight.args)
+            else:
+                result = branch.call(**flight.kwargs())
+        except BaseException as exc:
+            self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
+            return _HANDED, None
+        try:
+            awaitable = type(result) is _CoroutineType or _isawaitable(result)
+        except BaseException as exc:  # user code asked (a ``__class__`` property)
+            self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
+            return _HANDED, None
+        if awaitable:
+            return _AWAIT, result
+        return self._checked(flight, result)
+
+    def _checked(self, flight: _Flight, value: Any) -> tuple[object, Any]:
+        """``(_VALUE, value)`` when it passes its node's output check; else handed to the
+        driver, which checks it again and reports."""
+        check = flight.branch.output_check
+        if check is not None:
+            try:
+                ok = check(value)
+            except BaseException:
+                ok = False
+            if not ok:
+                self._hand_off(flight, _RETURNED, value, flight.state)
+                return _HANDED, None
+        return _VALUE, value
+
+    def _succeeded(self, flight: _Flight, value: Any) -> list[_core.Command]:
+        """``flight``'s node succeeded with ``value``: stored, and the core told."""
+        self._values[f"{flight.branch.name}[{flight.item}]"] = value
+        commands: list[_core.Command] = self._calls.run.succeeded(flight.job)
+        return commands
+
+    async def _fly(self, flight: _Flight) -> None:
+        """An item's task: its carried nodes, one after the other."""
+        flight.state = _RUNNING_STATE
+        calls = self._calls
+        flights = self._flights
+        try:
+            while True:
+                try:
+                    value = await flight.aw
+                except BaseException as exc:  # never let anything escape a task
+                    del flights[flight.job]
+                    calls.table.live -= 1
+                    self._hand_off(flight, _RAISED, exc, flight.state)
+                    return
+                del flights[flight.job]
+                if flight.state is not _RUNNING_STATE:  # the core cancelled it meanwhile
+                    calls.table.live -= 1
+                    self._hand_off(flight, _RETURNED, value, flight.state)
+                    return
+                called, value = self._checked(flight, value)
+                if called is _HANDED:
+                    calls.table.live -= 1
+                    return
+                if not self._next(flight, value):
+                    calls.table.live -= 1
+                    return
+                flights[flight.job] = flight
+        finally:
+            del flight
+            if calls.table.live == 0:
+                self._wake()
+
+    def _next(self, flight: _Flight, value: Any) -> bool:
+        """In the item's task: ``flight``'s node succeeded with ``value``. The item's next
+        START, if the core gives one and it may be carried, is called; ``True`` when it is
+        to be awaited in this task (``flight.aw``). The core's other commands go to the
+        coordinator, as an attempt's outcome does."""
+        jobs = self._jobs
+        calls = self._calls
+        while True:
+            commands = self._succeeded(flight, value)
+            follow = None
+            for command in commands:
+                op, job, attempt, timeout = command
+                if op == _START and follow is None and not attempt and timeout is None:
+                    grown = jobs.plan_forward <= job < jobs.forward_count
+                    branch = jobs.unmade(job) if grown else None
+                    if (
+                        branch is not None
+                        and branch.carried
+                        and jobs.item_of(job, branch) == flight.item
+                    ):
+                        follow = command
+            if follow is not None:
+                commands = [command for command in commands if command is not follow]
+            if commands:
+                if all(op in _FAN_OPS for op, *_ in commands):
+                    calls.execute(commands)  # a draw or a close: queued for the coordinator
+                else:
+                    calls.table.post((_FAN, calls.execute, commands))
+            if follow is None:
+                return False
+            job = follow[1]
+            branch = jobs.unmade(job)
+            assert branch is not None
+            args = jobs.carried_args(branch, flight.item, self._values)
+            if args is None:
+                calls.execute([follow])  # the driver reads them again and reports
+                return False
+            jobs.carried_read(branch, flight.item, self._values)
+            flight.job, flight.branch, flight.args = job, branch, args
+            called, value = self._call(flight)
+            if called is _AWAIT:
+                flight.aw = value
+                return True
+            if called is _HANDED:
+                return False
+
+    def _wake(self) -> None:
+        """Wake the coordinator (nothing of the run may be left running)."""
+        table = self._calls.table
+        waiter = table.waiter
+        if waiter is not None:
+            table.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _hand_off(
+        self, flight: _Flight, kind: EventKind, payload: Any, state: AttemptState
+    ) -> None:
+        """The driver goes on with ``flight``'s attempt: the attempt it would have had at
+        this point (the job's record made now) and the outcome it would have posted."""
+        calls = self._calls
+        job = flight.job
+        attempt = Attempt(self._jobs[job], 0, None)
+        attempt.state = state
+        attempt.aw = flight.aw
+        attempt.task = flight.task
+        calls.table.add(attempt)
+        calls.kwargs[job] = flight.kwargs()  # read by its retries
+        calls.table.post((kind, attempt, payload))
+
+    def cancel(self, job: int) -> bool:
+        """CANCEL ``job``: ``True`` when it is a carried item's (its task cancelled once)."""
+        flight = self._flights.get(job)
+        if flight is None:
+            return False
+        if flight.state >= _CANCELLED_STATE:
+            return True
+        task = flight.task
+        assert task is not None
+        if flight.state is _RUNNING_STATE:
+            # False when the task has already finished: its outcome is its own.
+            flight.state = _CANCELLED_STATE if task.cancel() else _CANCEL_MISSED_STATE
+            return True
+        flight.state = _CANCELLED_STATE  # its task never ran a step: nothing was awaited
+        task.cancel()
+        task.add_done_callback(lambda _task: self._unstarted(flight))
+        return True
+
+    def _unstarted(self, flight: _Flight) -> None:
+        # The task holds the cancellation it ended with, whose traceback holds its frame,
+        # which holds ``flight``: no reference back to the task (no cycle).
+        flight.task = None
+        self._flights.pop(flight.job, None)
+        self._calls.table.live -= 1
+        self._hand_off(flight, _UNSTARTED, None, flight.state)
+
+    def cancel_all(self) -> None:
+        """Cancel every carried item (the run is being salvaged or abandoned)."""
+        for job in list(self._flights):
+            self.cancel(job)
 
     def _iterator(self, job: int) -> Iterator[Any] | AsyncIterator[Any]:
         it = self._its.get(job)
@@ -447,3 +766,29 @@ class Sources:
                         close()
             except BaseException as exc:
                 self._close_failed(job, exc)
+
+
+class _Flight:
+    """An item carried out (``Sources.carry``): the job it is at and its attempt's state."""
+
+    __slots__ = ("args", "aw", "branch", "item", "job", "state", "task")
+
+    def __init__(self, job: int, branch: _Branch, item: int, args: list[Any]) -> None:
+        self.job = job
+        self.branch = branch
+        self.item = item
+        self.args = args
+        self.aw: Any = None
+        self.task: asyncio.Task[None] | None = None
+        self.state = AttemptState.CALLED
+
+    def kwargs(self) -> dict[str, Any]:
+        """The attempt's arguments by keyword (as the driver keeps them for retries)."""
+        given = {
+            kw: value for (kw, _key, _per), value in zip(self.branch.args, self.args, strict=True)
+        }
+        defaults = self.branch.job.node.defaults
+        if defaults:
+            for kw, default in defaults.items():
+                given.setdefault(kw, default)
+        return given
