@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hamilton import driver as hamilton_driver
 from hamilton.execution import executors
+from support import loops as loop_support
 
 from sdax_hamilton import Driver, RunEvent, RunReport, execution, failures
 from sdax_hamilton._failures import ExecutionError
@@ -1035,3 +1036,148 @@ async def test_a_salvaged_run_closes_the_source_before_it_raises(
     # the run raised.
     assert mod.LOG.count("source closed") == 1, mod.LOG
     assert mod.LOG[0] == "acquired conn" and mod.LOG[-1] == "released conn", mod.LOG
+
+
+ONE_TASK = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+TASKS = {}
+
+@execution(max_concurrency=3)
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+async def first(items: int) -> int:
+    TASKS.setdefault(items, []).append(asyncio.current_task())
+    async with asyncio.timeout(5):  # entered in the node's first step
+        await asyncio.sleep(0)
+    return items
+
+async def second(first: int) -> int:
+    TASKS[first].append(asyncio.current_task())
+    try:
+        # Its first step, too, runs in the task that goes on with it: this timeout cancels
+        # that task, not the run's.
+        async with asyncio.timeout(0.01):
+            await asyncio.Event().wait()
+    except TimeoutError:
+        return first * 10
+    return -1
+
+def collected(second: Collect[int]) -> list[int]:
+    return list(second)
+"""
+
+
+async def test_an_items_async_nodes_run_one_after_the_other_in_one_task(
+    make_module: Any,
+) -> None:
+    mod = make_module(ONE_TASK)
+    caller = asyncio.current_task()
+    result = await Driver(mod).prepare(["collected"]).execute(inputs={"n": 6})
+    assert result == {"collected": [0, 10, 20, 30, 40, 50]}
+    tasks = {item: set(seen) for item, seen in mod.TASKS.items()}
+    assert all(len(seen) == 1 for seen in tasks.values()), tasks  # both nodes, one task
+    assert len({next(iter(seen)) for seen in tasks.values()}) == 6  # a task per item
+    assert caller not in {next(iter(seen)) for seen in tasks.values()}
+
+
+CARRIED_RETRIES = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+CALLS = {}
+
+@execution(max_concurrency=2)
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+@execution(retries=2, initial_delay=0.0, retryable_exceptions=(ConnectionError,))
+async def fetch(items: int) -> int:
+    CALLS[items] = CALLS.get(items, 0) + 1
+    await asyncio.sleep(0)
+    if items % 2 and CALLS[items] < 3:
+        raise ConnectionError(f"item {items} flaked")
+    return items
+
+def checked(fetch: int) -> str:
+    if fetch == 4:
+        return 4  # not a str: its output check fails
+    return f"<{fetch}>"
+
+def pages(checked: Collect[str]) -> list[str]:
+    return list(checked)
+"""
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["carried", "observed"])
+async def test_carried_items_hand_failures_retries_and_bad_values_to_the_driver(
+    make_module: Any, watched: bool
+) -> None:
+    # Observed, every attempt is the driver's; carried, an item's nodes run in its task
+    # until something needs the driver: the caller sees the same either way.
+    mod = make_module(CARRIED_RETRIES)
+    plan = Driver(mod).prepare(["pages"])
+    events: list[RunEvent] = []
+    assert await plan.execute(inputs={"n": 4}, observer=events.append if watched else None) == {
+        "pages": ["<0>", "<1>", "<2>", "<3>"]
+    }
+    assert mod.CALLS == {0: 1, 1: 3, 2: 1, 3: 3}
+    mod.CALLS.clear()
+    with pytest.raises(ExecutionError) as raised:
+        await plan.execute(inputs={"n": 6})
+    (error,) = raised.value.exceptions
+    assert isinstance(error, TypeError) and "checked[4]" in str(error), error
+
+
+def test_a_carried_run_keeps_no_record_per_item_beyond_its_result(make_module: Any) -> None:
+    import gc
+    import tracemalloc
+
+    mod = make_module(
+        """
+import tracemalloc
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+SEEN = []
+
+@execution(max_concurrency=8)
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+async def first(items: int) -> int:
+    return items + 1
+
+async def second(first: int) -> int:
+    return first * 2
+
+def total(second: Collect[int]) -> int:
+    SEEN.append(tracemalloc.get_traced_memory()[0])
+    return len(second)
+"""
+    )
+    plan = Driver(mod).prepare(["total"])
+
+    async def main() -> float:
+        await plan.execute(inputs={"n": 100})  # first-run caches
+        held = []
+        for n in (2000, 8000):
+            gc.collect()
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                assert await plan.execute(inputs={"n": n}) == {"total": n}
+                held.append(mod.SEEN[-1] - base)
+            finally:
+                tracemalloc.stop()
+        return (held[1] - held[0]) / 6000
+
+    # What the Python heap holds per item when the Collect node runs: its result (an int
+    # and its place in the list and in the run's values) and a few table slots; a record
+    # per grown job (a Job and a NodeRuntime each) was over a kilobyte per item.
+    per_item = loop_support.run(main())
+    assert per_item < 400, per_item

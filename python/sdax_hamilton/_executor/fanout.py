@@ -85,17 +85,27 @@ class _Branch:
     carries out to their end never gets one (``RunJobs.__getitem__`` makes it on demand)."""
 
     __slots__ = (
-        "args", "call", "carried", "fan", "fields", "job", "name", "output_check",
-        "positional", "renamed",
+        "args", "call", "carried", "checks", "fan", "fields", "job", "name", "output_check",
+        "pos", "positional", "renamed",
     )  # fmt: skip
 
-    def __init__(self, job: Job, fan: int, per_item: frozenset[str], carried: bool) -> None:
+    def __init__(
+        self, job: Job, fan: int, pos: int, per_item: frozenset[str], carried: bool
+    ) -> None:
         self.job = job
         self.fan = fan
+        self.pos = pos  # its place in the branch: item ``i``'s job is ``first[i] + pos``
         node = job.node
         self.name = node.name
         # (keyword, key, per item): a per-item key is read as ``key[i]``
         self.args = tuple((kw, key, key in per_item) for kw, key in node.args)
+        keywords = [kw for kw, _key in node.args]
+        # Its input checks by the index of their argument in ``args`` (a check of a
+        # keyword given by its default: not carried).
+        checked = all(kw in keywords for kw, _check in node.input_checks)
+        self.checks = tuple(
+            (keywords.index(kw), check) for kw, check in node.input_checks if kw in keywords
+        )
         # The template's other fields, given as they are to each item's node.
         self.fields = {
             f.name: getattr(node, f.name)
@@ -110,8 +120,10 @@ class _Branch:
         self.positional = not node.defaults and _takes_positionally(node.call, node.args)
         # Its first attempts may be carried out by ``Sources.carry``: nothing around the
         # call needs the driver's records (no guard, hedging, release or node hooks).
-        self.carried = carried and not (
-            job.guarded or node.release is not None or self.renamed is not None
+        self.carried = (
+            checked
+            and carried
+            and not (job.guarded or node.release is not None or self.renamed is not None)
         )
 
     def grown(self, item: int, job_id: int) -> Job:
@@ -165,7 +177,10 @@ class RunJobs(list[Any]):
             per_item = frozenset(
                 [plan_jobs[fan.source].name, *(plan_jobs[t].name for t in fan.templates)]
             )
-            branches = [_Branch(plan_jobs[t], f, per_item, carried) for t in fan.templates]
+            branches = [
+                _Branch(plan_jobs[t], f, pos, per_item, carried)
+                for pos, t in enumerate(fan.templates)
+            ]
             self._branches.append(branches)
             # How many of the item's nodes read each of its values (the collected one is
             # the Collect node's): a value is dropped once the last of them has read it, so
@@ -177,9 +192,26 @@ class RunJobs(list[Any]):
                         reads[key] = reads.get(key, 0) + 1
             self._reads.append(tuple(reads.items()))
         self._collects = {fan.collect: f for f, fan in enumerate(fan_outs)}
-        # ``Calls._grow``, held weakly (the run's parts form no cycle).
-        self.on_grow: weakref.WeakMethod[Callable[[int, bool], None]] | None = None
+        self.fan_of = {fan.source: f for f, fan in enumerate(fan_outs)}  # by source job
+        self.source_names = [plan_jobs[fan.source].name for fan in fan_outs]
+        self._on_grow: weakref.WeakMethod[Callable[[int, bool], None]] | None = None
         self._released = False
+        self._room = n  # job ids the run's other tables have room for (``_grew``)
+
+    @property
+    def on_grow(self) -> weakref.WeakMethod[Callable[[int, bool], None]] | None:
+        """``Calls._grow``, held weakly (the run's parts form no cycle); its tables are
+        made with room for the jobs there are when it is set."""
+        return self._on_grow
+
+    @on_grow.setter
+    def on_grow(self, grow: weakref.WeakMethod[Callable[[int, bool], None]] | None) -> None:
+        self._on_grow = grow
+        self._room = len(self)
+
+    def __iter__(self) -> Iterator[Any]:
+        for job in range(len(self)):
+            yield self[job]
 
     @property
     def calling(self) -> RunJobs:
@@ -224,13 +256,17 @@ class RunJobs(list[Any]):
         item = self.items[f]
         self.items[f] = item + 1
         self.firsts[f].append(len(self))
-        branches = self._branches[f]
-        self.extend(branches)
+        self.extend(self._branches[f])
         unread = self._unread
         for key, count in self._reads[f]:
             unread[f"{key}[{item}]"] = count
-        self.forward_count = len(self)
-        self._grew(len(branches), True)
+        n = self.forward_count = len(self)
+        if n > self._room:
+            # The run's tables per job id grow ahead, by half again (ids past the jobs
+            # are never used): not once per item.
+            more = max(n - self._room, self._room // 2)
+            self._room += more
+            self._grew(more, True)
 
     def _add_releases(self) -> None:
         """The shutdown phase began: release ``i`` is job ``n + i`` (its record made when
@@ -238,6 +274,8 @@ class RunJobs(list[Any]):
         self._released = True
         n = len(self)
         self.extend(range(n))
+        # Release ``i`` is job ``n + i``: the tables have room for ids up to ``2n`` (they
+        # hold ``_room >= n`` forward ids already).
         self._grew(n, False)
 
     @staticmethod
@@ -248,7 +286,7 @@ class RunJobs(list[Any]):
                    None if release is None else release.retry_after, release)  # fmt: skip
 
     def _grew(self, jobs: int, forward: bool) -> None:
-        grow = None if self.on_grow is None else self.on_grow()
+        grow = None if self._on_grow is None else self._on_grow()
         if grow is not None:
             grow(jobs, forward)
 
@@ -289,29 +327,35 @@ class RunJobs(list[Any]):
 
     def carried_args(self, branch: _Branch, item: int, values: dict[str, Any]) -> list[Any] | None:
         """The arguments (in ``branch.args``' order) of item ``item``'s first attempt of
-        ``branch``'s node, read and checked as ``arguments`` does; ``None`` when they cannot
-        be passed so (a value missing, a check failing or raising: ``arguments`` then
-        reads them again for the driver, which reports). Nothing is dropped yet
-        (``carried_read``)."""
+        ``branch``'s node, read and checked as ``arguments`` does, a value none of the
+        item's nodes is yet to read dropped; ``None`` when they cannot be passed so (a
+        value missing, a check failing or raising: nothing is dropped, and ``arguments``
+        reads them again for the driver, which reports)."""
         read = []
+        keys = []
         try:
             for _kw, key, per in branch.args:
-                read.append(values[f"{key}[{item}]" if per else key])
-            checks = branch.job.node.input_checks
+                if per:
+                    key = f"{key}[{item}]"  # the item's own
+                    keys.append(key)
+                read.append(values[key])
+            checks = branch.checks
             if checks:
-                given = {
-                    kw: value for (kw, _key, _per), value in zip(branch.args, read, strict=True)
-                }
-                for kw, check in checks:
-                    if not check(given[kw]):
+                for index, check in checks:
+                    if not check(read[index]):
                         return None
         except Exception:
             return None
+        unread = self._unread
+        for key in keys:
+            left = unread.get(key)
+            if left is not None:
+                if left == 1:
+                    del unread[key]
+                    values.pop(key, None)
+                else:
+                    unread[key] = left - 1
         return read
-
-    def carried_read(self, branch: _Branch, item: int, values: dict[str, Any]) -> None:
-        """Item ``item``'s first attempt of ``branch``'s node read its arguments."""
-        self._read((f"{key}[{item}]" for _kw, key, per in branch.args if per), values)
 
 
 class Sources:
@@ -319,7 +363,7 @@ class Sources:
 
     __slots__ = (
         "_abandoned", "_calls", "_carrying", "_closing", "_draws", "_flights", "_its", "_jobs",
-        "_loop", "_values",
+        "_loop", "_run", "_values",
     )  # fmt: skip
 
     def __init__(self, calls: RunCalls, jobs: RunJobs, values: dict[str, Any]) -> None:
@@ -337,6 +381,7 @@ class Sources:
         self._carrying = not calls.watching and calls.clipped is None
         self._flights: dict[int, _Flight] = {}
         self._loop = asyncio.get_running_loop()
+        self._run = calls.run  # the core's Run refers to nothing of the driver's
 
     def execute(self, op: int, job: int, item: int) -> None:
         post = self._calls.table.post
@@ -381,14 +426,13 @@ class Sources:
             or not jobs.plan_forward <= job < jobs.forward_count
         ):
             return False
-        branch = jobs.unmade(job)
-        if branch is None or not branch.carried:
+        branch = list.__getitem__(jobs, job)
+        if type(branch) is not _Branch or not branch.carried:
             return False
-        item = jobs.item_of(job, branch)
+        item = bisect.bisect_right(jobs.firsts[branch.fan], job) - 1
         args = jobs.carried_args(branch, item, self._values)
         if args is None:
             return False
-        jobs.carried_read(branch, item, self._values)
         flight = _Flight(job, branch, item, args)
         called, payload = self._call(flight)
         if called is _AWAIT:
@@ -439,7 +483,7 @@ class Sources:
     def _succeeded(self, flight: _Flight, value: Any) -> list[_core.Command]:
         """``flight``'s node succeeded with ``value``: stored, and the core told."""
         self._values[f"{flight.branch.name}[{flight.item}]"] = value
-        commands: list[_core.Command] = self._calls.run.succeeded(flight.job)
+        commands: list[_core.Command] = self._run.succeeded(flight.job)
         return commands
 
     async def _fly(self, flight: _Flight) -> None:
@@ -461,10 +505,11 @@ class Sources:
                     calls.table.live -= 1
                     self._hand_off(flight, _RETURNED, value, flight.state)
                     return
-                called, value = self._checked(flight, value)
-                if called is _HANDED:
-                    calls.table.live -= 1
-                    return
+                if flight.branch.output_check is not None:
+                    called, value = self._checked(flight, value)
+                    if called is _HANDED:
+                        calls.table.live -= 1
+                        return
                 if not self._next(flight, value):
                     calls.table.live -= 1
                     return
@@ -483,35 +528,35 @@ class Sources:
         calls = self._calls
         while True:
             commands = self._succeeded(flight, value)
-            follow = None
+            follow = branch = None
+            # The item's jobs are contiguous, in branch order, from ``first``.
+            first = flight.job - flight.branch.pos
             for command in commands:
                 op, job, attempt, timeout = command
-                if op == _START and follow is None and not attempt and timeout is None:
-                    grown = jobs.plan_forward <= job < jobs.forward_count
-                    branch = jobs.unmade(job) if grown else None
+                if op == _START and not attempt and timeout is None and first < job:
+                    branch = jobs.unmade(job) if job < jobs.forward_count else None
                     if (
                         branch is not None
                         and branch.carried
-                        and jobs.item_of(job, branch) == flight.item
+                        and branch.fan == flight.branch.fan
+                        and job - branch.pos == first
                     ):
                         follow = command
+                        break
             if follow is not None:
                 commands = [command for command in commands if command is not follow]
             if commands:
-                if all(op in _FAN_OPS for op, *_ in commands):
+                if all(command[0] in _FAN_OPS for command in commands):
                     calls.execute(commands)  # a draw or a close: queued for the coordinator
                 else:
                     calls.table.post((_FAN, calls.execute, commands))
-            if follow is None:
+            if follow is None or branch is None:
                 return False
             job = follow[1]
-            branch = jobs.unmade(job)
-            assert branch is not None
             args = jobs.carried_args(branch, flight.item, self._values)
-            if args is None:
-                calls.execute([follow])  # the driver reads them again and reports
+            if args is None:  # the driver reads them again and reports
+                calls.table.post((_FAN, calls.execute, [follow]))
                 return False
-            jobs.carried_read(branch, flight.item, self._values)
             flight.job, flight.branch, flight.args = job, branch, args
             called, value = self._call(flight)
             if called is _AWAIT:
@@ -647,14 +692,16 @@ class Sources:
         calls = self._calls
         run = calls.run
         if has and not run.aborted:
-            fan = self._jobs.fan_outs[self._fan(job)]
-            if fan.item_check is not None and not fan.item_check(value):
-                name = self._jobs[job].name
+            jobs = self._jobs
+            f = self._fan(job)
+            check = jobs.fan_outs[f].item_check
+            if check is not None and not check(value):
+                name = jobs[job].name
                 self._failed(job, item, TypeError(f"Invalid item from {name}: item {item}"))
                 return
-            self._values[f"{self._jobs[job].name}[{item}]"] = value
+            self._values[f"{jobs.source_names[f]}[{item}]"] = value
             commands = run.drawn(job, True)
-            self._jobs.grow(self._fan(job))
+            jobs.grow(f)
         else:
             commands = run.drawn(job, has)
         calls.execute(commands)
@@ -680,10 +727,10 @@ class Sources:
         calls.execute(run.draw_failed(job))
 
     def _fan(self, job: int) -> int:
-        for f, fan in enumerate(self._jobs.fan_outs):
-            if fan.source == job:
-                return f
-        raise RuntimeError(f"sdax_hamilton internal error: job {job} has no fan-out")
+        f = self._jobs.fan_of.get(job)
+        if f is None:
+            raise RuntimeError(f"sdax_hamilton internal error: job {job} has no fan-out")
+        return f
 
     def _source(self, job: int) -> Any:
         it: Any = self._its.pop(job, None)
