@@ -386,7 +386,7 @@ class Sources:
     def execute(self, op: int, job: int, item: int) -> None:
         post = self._calls.table.post
         if op == _DRAW:
-            if self._jobs.fan_outs[self._fan(job)].limit is None:
+            if self._jobs.fan_outs[self._jobs.fan_of[job]].limit is None:
                 # No bound: the next draw waits for a turn of the loop, so that the
                 # branches already started run meanwhile (a failure among them stops an
                 # endless source) rather than every item being drawn first.
@@ -457,8 +457,15 @@ class Sources:
         except BaseException as exc:
             self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
             return _HANDED, None
+        if type(result) is _CoroutineType:
+            return _AWAIT, result
+        return self._settled(flight, result)
+
+    def _settled(self, flight: _Flight, result: Any) -> tuple[object, Any]:
+        """What a call that did not return a coroutine returned: an awaitable, a value
+        (checked), or handed to the driver."""
         try:
-            awaitable = type(result) is _CoroutineType or _isawaitable(result)
+            awaitable = _isawaitable(result)
         except BaseException as exc:  # user code asked (a ``__class__`` property)
             self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
             return _HANDED, None
@@ -505,10 +512,15 @@ class Sources:
                     calls.table.live -= 1
                     self._hand_off(flight, _RETURNED, value, flight.state)
                     return
-                if flight.branch.output_check is not None:
-                    called, value = self._checked(flight, value)
-                    if called is _HANDED:
+                check = flight.branch.output_check
+                if check is not None:
+                    try:
+                        ok = check(value)
+                    except BaseException:
+                        ok = False
+                    if not ok:  # the driver checks it again and reports
                         calls.table.live -= 1
+                        self._hand_off(flight, _RETURNED, value, flight.state)
                         return
                 if not self._next(flight, value):
                     calls.table.live -= 1
@@ -524,46 +536,63 @@ class Sources:
         START, if the core gives one and it may be carried, is called; ``True`` when it is
         to be awaited in this task (``flight.aw``). The core's other commands go to the
         coordinator, as an attempt's outcome does."""
-        jobs = self._jobs
-        calls = self._calls
+        values = self._values
+        run = self._run
         while True:
-            commands = self._succeeded(flight, value)
-            follow = branch = None
-            # The item's jobs are contiguous, in branch order, from ``first``.
-            first = flight.job - flight.branch.pos
-            for command in commands:
-                op, job, attempt, timeout = command
-                if op == _START and not attempt and timeout is None and first < job:
-                    branch = jobs.unmade(job) if job < jobs.forward_count else None
-                    if (
-                        branch is not None
-                        and branch.carried
-                        and branch.fan == flight.branch.fan
-                        and job - branch.pos == first
-                    ):
-                        follow = command
-                        break
-            if follow is not None:
-                commands = [command for command in commands if command is not follow]
-            if commands:
-                if all(command[0] in _FAN_OPS for command in commands):
-                    calls.execute(commands)  # a draw or a close: queued for the coordinator
-                else:
-                    calls.table.post((_FAN, calls.execute, commands))
-            if follow is None or branch is None:
+            values[f"{flight.branch.name}[{flight.item}]"] = value
+            commands = run.succeeded(flight.job)
+            if not commands:
                 return False
-            job = follow[1]
-            args = jobs.carried_args(branch, flight.item, self._values)
+            follow = self._follow(flight, commands)
+            if follow is None:
+                self._pass_on(commands)
+                return False
+            command, branch = follow
+            if len(commands) > 1:
+                self._pass_on([other for other in commands if other is not command])
+            args = self._jobs.carried_args(branch, flight.item, values)
             if args is None:  # the driver reads them again and reports
-                calls.table.post((_FAN, calls.execute, [follow]))
+                self._pass_on([command], True)
                 return False
-            flight.job, flight.branch, flight.args = job, branch, args
+            flight.job, flight.branch, flight.args = command[1], branch, args
             called, value = self._call(flight)
             if called is _AWAIT:
                 flight.aw = value
                 return True
             if called is _HANDED:
                 return False
+
+    def _follow(
+        self, flight: _Flight, commands: list[_core.Command]
+    ) -> tuple[_core.Command, _Branch] | None:
+        """The START among ``commands`` of ``flight``'s item's next job, if it may be
+        carried out in the item's task."""
+        jobs = self._jobs
+        # The item's jobs are contiguous, in branch order, from ``first``.
+        first = flight.job - flight.branch.pos
+        fan = flight.branch.fan
+        end = jobs.forward_count
+        for command in commands:
+            op, job, attempt, timeout = command
+            if op == _START and not attempt and timeout is None and first < job < end:
+                branch = list.__getitem__(jobs, job)
+                if (
+                    type(branch) is _Branch
+                    and branch.carried
+                    and branch.fan == fan
+                    and job - branch.pos == first
+                ):
+                    return command, branch
+        return None
+
+    def _pass_on(self, commands: list[_core.Command], starts: bool = False) -> None:
+        """Commands of the core an item's task does not carry out itself: a draw or a close
+        is queued for the coordinator as it is; the others are carried out by it."""
+        calls = self._calls
+        if not starts and all(command[0] in _FAN_OPS for command in commands):
+            calls.execute(commands)
+        else:
+            calls.table.post((_FAN, calls.execute, commands))
 
     def _wake(self) -> None:
         """Wake the coordinator (nothing of the run may be left running)."""
@@ -643,11 +672,13 @@ class Sources:
             # the "item" and has the source closed.
             self._calls.execute(run.drawn(job, True))
             return
-        try:
-            it = self._iterator(job)
-        except BaseException as exc:
-            self._failed(job, item, exc)
-            return
+        it = self._its.get(job)
+        if it is None:
+            try:
+                it = self._iterator(job)
+            except BaseException as exc:
+                self._failed(job, item, exc)
+                return
         if hasattr(it, "__anext__"):
             draw: Any = anext(cast("AsyncIterator[Any]", it))
             task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(draw)
@@ -693,7 +724,7 @@ class Sources:
         run = calls.run
         if has and not run.aborted:
             jobs = self._jobs
-            f = self._fan(job)
+            f = jobs.fan_of[job]
             check = jobs.fan_outs[f].item_check
             if check is not None and not check(value):
                 name = jobs[job].name
