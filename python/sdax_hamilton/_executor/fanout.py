@@ -555,6 +555,7 @@ class Sources:
                 self._pass_on([command], True)
                 return False
             flight.job, flight.branch, flight.args = command[1], branch, args
+            flight.aw = None
             called, value = self._call(flight)
             if called is _AWAIT:
                 flight.aw = value
@@ -613,7 +614,9 @@ class Sources:
         attempt = Attempt(self._jobs[job], 0, None)
         attempt.state = state
         attempt.aw = flight.aw
-        attempt.task = flight.task
+        # A call that raised or returned at once ran in no task of its own (as the
+        # driver's own sync calls).
+        attempt.task = None if flight.aw is None else flight.task
         calls.table.add(attempt)
         calls.kwargs[job] = flight.kwargs()  # read by its retries
         calls.table.post((kind, attempt, payload))
