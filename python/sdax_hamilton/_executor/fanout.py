@@ -591,6 +591,16 @@ class Sources:
         is queued for the coordinator as it is; the others are carried out by it."""
         calls = self._calls
         if not starts and all(command[0] in _FAN_OPS for command in commands):
+            if len(commands) == 1:
+                op, job, item, _arg = commands[0]
+                it = self._its.get(job) if op == _DRAW else None
+                if it is not None and not hasattr(it, "__anext__"):
+                    jobs = self._jobs
+                    if jobs.fan_outs[jobs.fan_of[job]].limit is not None:
+                        # The place this item frees: its next item drawn now, in this
+                        # task, as the coordinator would (a sync source's ``next()``).
+                        self._draw((job, item))
+                        return
             calls.execute(commands)
         else:
             calls.table.post((_FAN, calls.execute, commands))
