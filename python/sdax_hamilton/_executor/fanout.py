@@ -170,6 +170,7 @@ class RunJobs(list[Any]):
         self._branches: list[list[_Branch]] = []
         self._reads: list[tuple[tuple[str, int], ...]] = []
         self._unread: dict[str, int] = {}  # ``key[i]`` -> the item's nodes yet to read it
+        self._once: set[str] = set()  # per-item values read by one node of the item
         # Per fan-out, per item: the id of its first grown job (its jobs are contiguous).
         self.firsts: list[list[int]] = [[] for _ in fan_outs]
         carried = plan_jobs.cache is None
@@ -185,12 +186,15 @@ class RunJobs(list[Any]):
             # How many of the item's nodes read each of its values (the collected one is
             # the Collect node's): a value is dropped once the last of them has read it, so
             # a long source keeps no intermediate values of the items it is done with.
+            # A value read by one node is dropped by that read (``_once``); the others are
+            # counted per item (``_unread``).
             reads: dict[str, int] = {}
             for branch in branches:
                 for _kw, key, per in branch.args:
                     if per and key != fan.collected:
                         reads[key] = reads.get(key, 0) + 1
-            self._reads.append(tuple(reads.items()))
+            self._reads.append(tuple((key, n) for key, n in reads.items() if n > 1))
+            self._once.update(key for key, n in reads.items() if n == 1)
         self._collects = {fan.collect: f for f, fan in enumerate(fan_outs)}
         self.fan_of = {fan.source: f for f, fan in enumerate(fan_outs)}  # by source job
         self.source_names = [plan_jobs[fan.source].name for fan in fan_outs]
@@ -316,14 +320,17 @@ class RunJobs(list[Any]):
         """A grown job's arguments were read: a value none of its item's nodes is yet to
         read is dropped."""
         unread = self._unread
+        once = self._once
         for key in keys:
             left = unread.get(key)
-            if left is not None:
-                if left == 1:
-                    del unread[key]
+            if left is None:
+                if key.rpartition("[")[0] in once:
                     values.pop(key, None)
-                else:
-                    unread[key] = left - 1
+            elif left == 1:
+                del unread[key]
+                values.pop(key, None)
+            else:
+                unread[key] = left - 1
 
     def carried_args(self, branch: _Branch, item: int, values: dict[str, Any]) -> list[Any] | None:
         """The arguments (in ``branch.args``' order) of item ``item``'s first attempt of
@@ -332,13 +339,16 @@ class RunJobs(list[Any]):
         value missing, a check failing or raising: nothing is dropped, and ``arguments``
         reads them again for the driver, which reports)."""
         read = []
-        keys = []
+        once: list[str] = []  # read by this node only
+        counted: list[str] = []  # read by others of the item too
         try:
             for _kw, key, per in branch.args:
                 if per:
-                    key = f"{key}[{item}]"  # the item's own
-                    keys.append(key)
-                read.append(values[key])
+                    own = f"{key}[{item}]"
+                    (once if key in self._once else counted).append(own)
+                    read.append(values[own])
+                else:
+                    read.append(values[key])
             checks = branch.checks
             if checks:
                 for index, check in checks:
@@ -346,15 +356,10 @@ class RunJobs(list[Any]):
                         return None
         except Exception:
             return None
-        unread = self._unread
-        for key in keys:
-            left = unread.get(key)
-            if left is not None:
-                if left == 1:
-                    del unread[key]
-                    values.pop(key, None)
-                else:
-                    unread[key] = left - 1
+        for key in once:
+            values.pop(key, None)
+        if counted:
+            self._read(counted, values)
         return read
 
 
