@@ -1181,3 +1181,51 @@ def total(second: Collect[int]) -> int:
     # per grown job (a Job and a NodeRuntime each) was over a kilobyte per item.
     per_item = loop_support.run(main())
     assert per_item < 400, per_item
+
+
+UNSTARTED = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+STARTED = []
+CLOSED = []
+
+@execution(max_concurrency=4)
+def items(n: int) -> Parallelizable[int]:
+    try:
+        yield from range(3)
+        raise OSError("the source broke at item 3")
+    finally:
+        CLOSED.append(True)
+
+async def work(items: int) -> int:
+    STARTED.append(items)
+    await asyncio.sleep(0)
+    return items
+
+def done(work: Collect[int]) -> list[int]:
+    return list(work)
+"""
+
+
+async def test_carried_items_stopped_before_their_first_step_never_run(
+    make_module: Any,
+) -> None:
+    import gc
+    import warnings
+
+    # Items 0-2 are drawn and their tasks made in the same step of the run as the draw of
+    # item 3 fails: each item's task is cancelled before it ran, its node's coroutine is
+    # closed without running, and the source is closed before the run raises.
+    mod = make_module(UNSTARTED)
+    plan = Driver(mod).prepare(["done"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ExecutionError) as raised:
+            await plan.execute(inputs={"n": 0})
+        gc.collect()
+    (error,) = raised.value.exceptions
+    assert isinstance(error, OSError)
+    assert mod.STARTED == [] and mod.CLOSED == [True]
+    assert not [w for w in caught if "never awaited" in str(w.message)], caught
