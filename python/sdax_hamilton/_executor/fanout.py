@@ -368,7 +368,7 @@ class Sources:
 
     __slots__ = (
         "_abandoned", "_calls", "_carrying", "_closing", "_draws", "_flights", "_its", "_jobs",
-        "_loop", "_run", "_values",
+        "_run", "_values",
     )  # fmt: skip
 
     def __init__(self, calls: RunCalls, jobs: RunJobs, values: dict[str, Any]) -> None:
@@ -385,7 +385,6 @@ class Sources:
         # run timeout); the items in flight, by the job each is at.
         self._carrying = not calls.watching and calls.clipped is None
         self._flights: dict[int, _Flight] = {}
-        self._loop = asyncio.get_running_loop()
         self._run = calls.run  # the core's Run refers to nothing of the driver's
 
     def execute(self, op: int, job: int, item: int) -> None:
@@ -445,7 +444,7 @@ class Sources:
             table = self._calls.table
             table.live += 1  # before create_task: an eager task factory may finish it at once
             self._flights[job] = flight
-            flight.task = self._loop.create_task(self._fly(flight))
+            flight.task = asyncio.get_running_loop().create_task(self._fly(flight))
         elif called is _VALUE:
             self._calls.execute(self._succeeded(flight, payload))
         return True
