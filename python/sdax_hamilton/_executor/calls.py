@@ -199,7 +199,7 @@ class Calls:
             elif op == _SLEEP:
                 self._timers().sleep(job, arg or 0.0)
             elif op == _CANCEL:
-                # A carried item's is its task's (``fanout.Sources.carry``).
+                # A carried item's is its task's (``fanout.Items.carry``).
                 if self.fans is None or not self.fans.cancel(job):
                     self.cancels().job(job)
             elif op == _STOP_SLEEP:

@@ -12,6 +12,8 @@ that out for one run:
 * ``Sources``: the DRAW, CLOSE and STOP_DRAW commands: an item taken from a sync source in
   the phase's task, from an async one in a task of its own; each outcome goes through the
   coordinator's queue (``EventKind.FAN``) before the core hears of it.
+* ``Items``: the items' nodes carried out one after the other in a task per item, with no
+  record per item, until something needs the driver (docs/internals.md, "Carried items").
 
 Only plans with a ``Parallelizable`` node make either: every other plan keeps its tuple
 ``JobTable`` and never reaches this module.
@@ -81,7 +83,7 @@ class _Branch:
     """How a branch node's job is made for item ``i`` (built once per run, per template).
 
     Until something needs a grown job's record (``Job``, with its item's ``NodeRuntime``),
-    the run's table holds this object in its place: an item whose nodes ``Sources.carry``
+    the run's table holds this object in its place: an item whose nodes ``Items.carry``
     carries out to their end never gets one (``RunJobs.__getitem__`` makes it on demand)."""
 
     __slots__ = (
@@ -118,7 +120,7 @@ class _Branch:
         self.call = node.call
         self.output_check = node.output_check
         self.positional = not node.defaults and _takes_positionally(node.call, node.args)
-        # Its first attempts may be carried out by ``Sources.carry``: nothing around the
+        # Its first attempts may be carried out by ``Items.carry``: nothing around the
         # call needs the driver's records (no guard, hedging, release or node hooks).
         self.carried = (
             checked
@@ -143,7 +145,7 @@ class RunJobs(list[Any]):
 
     A grown job's place holds its template's ``_Branch`` until its record is first read
     (``__getitem__``), and a release's place its owner's id until then: a run whose items
-    are carried out to their end (``Sources.carry``) makes no record per item."""
+    are carried out to their end (``Items.carry``) makes no record per item."""
 
     nodes: tuple[NodeRuntime, ...]
     forward_count: int
@@ -364,12 +366,20 @@ class RunJobs(list[Any]):
 
 
 class Sources:
-    """The sources of one run's fan-outs: DRAW, CLOSE and STOP_DRAW carried out."""
+    """The sources of one run's fan-outs: DRAW, CLOSE and STOP_DRAW carried out; its
+    ``items`` carry out the items' nodes (``Items``)."""
 
     __slots__ = (
-        "_abandoned", "_calls", "_carrying", "_closing", "_draws", "_flights", "_its", "_jobs",
-        "_run", "_values",
+        "__weakref__", "_abandoned", "_calls", "_closing", "_draws", "_its", "_jobs",
+        "_values", "cancel", "cancel_all", "carry", "items",
     )  # fmt: skip
+
+    carry: Callable[[int, int, float | None], bool]
+    """``Items.carry``."""
+    cancel: Callable[[int], bool]
+    """``Items.cancel``."""
+    cancel_all: Callable[[], None]
+    """``Items.cancel_all``."""
 
     def __init__(self, calls: RunCalls, jobs: RunJobs, values: dict[str, Any]) -> None:
         # Weak: ``calls`` holds this object, and a run's parts form no cycle (they are freed
@@ -381,11 +391,24 @@ class Sources:
         self._draws: dict[int, asyncio.Task[None]] = {}  # in flight from async sources
         self._closing: set[int] = set()  # whose task in ``_draws`` is an ``aclose()``
         self._abandoned = False  # ``salvage``: nothing more is reported to the core
-        # ``carry``: whether the run lets items be carried out (nobody watches attempts, no
-        # run timeout); the items in flight, by the job each is at.
-        self._carrying = not calls.watching and calls.clipped is None
-        self._flights: dict[int, _Flight] = {}
-        self._run = calls.run  # the core's Run refers to nothing of the driver's
+        self.items = Items(calls, jobs, values, self)
+        # Its methods the run's ``Calls`` and the coordinator call, at no extra call.
+        self.carry = self.items.carry
+        self.cancel = self.items.cancel
+        self.cancel_all = self.items.cancel_all
+
+    def draw_here(self, job: int, item: int) -> bool:
+        """An item's end freed the place the DRAW of ``item`` from ``job``'s source is for:
+        from a sync source with a bound, it is drawn now, in the item's task, as the
+        coordinator would have (``True``)."""
+        it = self._its.get(job)
+        if it is None or hasattr(it, "__anext__"):
+            return False
+        jobs = self._jobs
+        if jobs.fan_outs[jobs.fan_of[job]].limit is None:
+            return False
+        self._draw((job, item))
+        return True
 
     def execute(self, op: int, job: int, item: int) -> None:
         post = self._calls.table.post
@@ -405,266 +428,6 @@ class Sources:
                 task.cancel()
         else:  # pragma: no cover - contract violation by the core
             raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
-
-    # ------------------------------------------------------------------ items carried out
-    #
-    # The core STARTs each grown job as it STARTs any job; a first attempt without a
-    # timeout of a node that needs no record around its call (``_Branch.carried``) is
-    # carried out here, the way the core's carrier carries out a lone START (src/carry.rs):
-    # called with its item's values, its value stored, the core told, and the item's next
-    # START carried out the same way. An item's async nodes run in one task of its own
-    # (``_fly``), one after the other, as a hand-written ``gather`` of items would: the
-    # first step of every node runs in the task that goes on with it. Whatever needs the
-    # driver (a failure, a cancellation, a value whose check fails) is handed to it as the
-    # attempt it would have had at that point (``_hand_off``), with the job's record made
-    # then. Nothing is decided here: which job starts next is the core's.
-
-    def carry(self, job: int, attempt: int, timeout: float | None) -> bool:
-        """Carry out START ``job`` (``attempt``, ``timeout``) if it may be; else ``False``
-        and the driver carries it out (``Calls._start``)."""
-        jobs = self._jobs
-        if (
-            attempt
-            or timeout is not None
-            or not self._carrying
-            or not jobs.plan_forward <= job < jobs.forward_count
-        ):
-            return False
-        branch = list.__getitem__(jobs, job)
-        if type(branch) is not _Branch or not branch.carried:
-            return False
-        item = bisect.bisect_right(jobs.firsts[branch.fan], job) - 1
-        args = jobs.carried_args(branch, item, self._values)
-        if args is None:
-            return False
-        flight = _Flight(job, branch, item, args)
-        called, payload = self._call(flight)
-        if called is _AWAIT:
-            flight.aw = payload
-            table = self._calls.table
-            table.live += 1  # before create_task: an eager task factory may finish it at once
-            self._flights[job] = flight
-            flight.task = asyncio.get_running_loop().create_task(self._fly(flight))
-        elif called is _VALUE:
-            self._calls.execute(self._succeeded(flight, payload))
-        return True
-
-    def _call(self, flight: _Flight) -> tuple[object, Any]:
-        """Call ``flight``'s node: ``(_AWAIT, awaitable)``, ``(_VALUE, value)``, or
-        ``(_HANDED, None)`` once handed to the driver."""
-        branch = flight.branch
-        try:
-            if branch.positional:
-                result = branch.call(*flight.args)
-            else:
-                result = branch.call(**flight.kwargs())
-        except BaseException as exc:
-            self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
-            return _HANDED, None
-        if type(result) is _CoroutineType:
-            return _AWAIT, result
-        return self._settled(flight, result)
-
-    def _settled(self, flight: _Flight, result: Any) -> tuple[object, Any]:
-        """What a call that did not return a coroutine returned: an awaitable, a value
-        (checked), or handed to the driver."""
-        try:
-            awaitable = _isawaitable(result)
-        except BaseException as exc:  # user code asked (a ``__class__`` property)
-            self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
-            return _HANDED, None
-        if awaitable:
-            return _AWAIT, result
-        return self._checked(flight, result)
-
-    def _checked(self, flight: _Flight, value: Any) -> tuple[object, Any]:
-        """``(_VALUE, value)`` when it passes its node's output check; else handed to the
-        driver, which checks it again and reports."""
-        check = flight.branch.output_check
-        if check is not None:
-            try:
-                ok = check(value)
-            except BaseException:
-                ok = False
-            if not ok:
-                self._hand_off(flight, _RETURNED, value, flight.state)
-                return _HANDED, None
-        return _VALUE, value
-
-    def _succeeded(self, flight: _Flight, value: Any) -> list[_core.Command]:
-        """``flight``'s node succeeded with ``value``: stored, and the core told."""
-        self._values[f"{flight.branch.name}[{flight.item}]"] = value
-        commands: list[_core.Command] = self._run.succeeded(flight.job)
-        return commands
-
-    async def _fly(self, flight: _Flight) -> None:
-        """An item's task: its carried nodes, one after the other."""
-        flight.state = _RUNNING_STATE
-        calls = self._calls
-        flights = self._flights
-        try:
-            while True:
-                try:
-                    value = await flight.aw
-                except BaseException as exc:  # never let anything escape a task
-                    del flights[flight.job]
-                    calls.table.live -= 1
-                    self._hand_off(flight, _RAISED, exc, flight.state)
-                    return
-                del flights[flight.job]
-                if flight.state is not _RUNNING_STATE:  # the core cancelled it meanwhile
-                    calls.table.live -= 1
-                    self._hand_off(flight, _RETURNED, value, flight.state)
-                    return
-                check = flight.branch.output_check
-                if check is not None:
-                    try:
-                        ok = check(value)
-                    except BaseException:
-                        ok = False
-                    if not ok:  # the driver checks it again and reports
-                        calls.table.live -= 1
-                        self._hand_off(flight, _RETURNED, value, flight.state)
-                        return
-                if not self._next(flight, value):
-                    calls.table.live -= 1
-                    return
-                flights[flight.job] = flight
-        finally:
-            del flight
-            if calls.table.live == 0:
-                self._wake()
-
-    def _next(self, flight: _Flight, value: Any) -> bool:
-        """In the item's task: ``flight``'s node succeeded with ``value``. The item's next
-        START, if the core gives one and it may be carried, is called; ``True`` when it is
-        to be awaited in this task (``flight.aw``). The core's other commands go to the
-        coordinator, as an attempt's outcome does."""
-        values = self._values
-        run = self._run
-        while True:
-            values[f"{flight.branch.name}[{flight.item}]"] = value
-            commands = run.succeeded(flight.job)
-            if not commands:
-                return False
-            follow = self._follow(flight, commands)
-            if follow is None:
-                self._pass_on(commands)
-                return False
-            command, branch = follow
-            if len(commands) > 1:
-                self._pass_on([other for other in commands if other is not command])
-            args = self._jobs.carried_args(branch, flight.item, values)
-            if args is None:  # the driver reads them again and reports
-                self._pass_on([command], True)
-                return False
-            flight.job, flight.branch, flight.args = command[1], branch, args
-            flight.aw = None
-            called, value = self._call(flight)
-            if called is _AWAIT:
-                flight.aw = value
-                return True
-            if called is _HANDED:
-                return False
-
-    def _follow(
-        self, flight: _Flight, commands: list[_core.Command]
-    ) -> tuple[_core.Command, _Branch] | None:
-        """The START among ``commands`` of ``flight``'s item's next job, if it may be
-        carried out in the item's task."""
-        jobs = self._jobs
-        # The item's jobs are contiguous, in branch order, from ``first``.
-        first = flight.job - flight.branch.pos
-        fan = flight.branch.fan
-        end = jobs.forward_count
-        for command in commands:
-            op, job, attempt, timeout = command
-            if op == _START and not attempt and timeout is None and first < job < end:
-                branch = list.__getitem__(jobs, job)
-                if (
-                    type(branch) is _Branch
-                    and branch.carried
-                    and branch.fan == fan
-                    and job - branch.pos == first
-                ):
-                    return command, branch
-        return None
-
-    def _pass_on(self, commands: list[_core.Command], starts: bool = False) -> None:
-        """Commands of the core an item's task does not carry out itself: a draw or a close
-        is queued for the coordinator as it is; the others are carried out by it."""
-        calls = self._calls
-        if not starts and all(command[0] in _FAN_OPS for command in commands):
-            if len(commands) == 1:
-                op, job, item, _arg = commands[0]
-                it = self._its.get(job) if op == _DRAW else None
-                if it is not None and not hasattr(it, "__anext__"):
-                    jobs = self._jobs
-                    if jobs.fan_outs[jobs.fan_of[job]].limit is not None:
-                        # The place this item frees: its next item drawn now, in this
-                        # task, as the coordinator would (a sync source's ``next()``).
-                        self._draw((job, item))
-                        return
-            calls.execute(commands)
-        else:
-            calls.table.post((_FAN, calls.execute, commands))
-
-    def _wake(self) -> None:
-        """Wake the coordinator (nothing of the run may be left running)."""
-        table = self._calls.table
-        waiter = table.waiter
-        if waiter is not None:
-            table.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
-
-    def _hand_off(
-        self, flight: _Flight, kind: EventKind, payload: Any, state: AttemptState
-    ) -> None:
-        """The driver goes on with ``flight``'s attempt: the attempt it would have had at
-        this point (the job's record made now) and the outcome it would have posted."""
-        calls = self._calls
-        job = flight.job
-        attempt = Attempt(self._jobs[job], 0, None)
-        attempt.state = state
-        attempt.aw = flight.aw
-        # A call that raised or returned at once ran in no task of its own (as the
-        # driver's own sync calls).
-        attempt.task = None if flight.aw is None else flight.task
-        calls.table.add(attempt)
-        calls.kwargs[job] = flight.kwargs()  # read by its retries
-        calls.table.post((kind, attempt, payload))
-
-    def cancel(self, job: int) -> bool:
-        """CANCEL ``job``: ``True`` when it is a carried item's (its task cancelled once)."""
-        flight = self._flights.get(job)
-        if flight is None:
-            return False
-        if flight.state >= _CANCELLED_STATE:
-            return True
-        task = flight.task
-        assert task is not None
-        if flight.state is _RUNNING_STATE:
-            # False when the task has already finished: its outcome is its own.
-            flight.state = _CANCELLED_STATE if task.cancel() else _CANCEL_MISSED_STATE
-            return True
-        flight.state = _CANCELLED_STATE  # its task never ran a step: nothing was awaited
-        task.cancel()
-        task.add_done_callback(lambda _task: self._unstarted(flight))
-        return True
-
-    def _unstarted(self, flight: _Flight) -> None:
-        # The task holds the cancellation it ended with, whose traceback holds its frame,
-        # which holds ``flight``: no reference back to the task (no cycle).
-        flight.task = None
-        self._flights.pop(flight.job, None)
-        self._calls.table.live -= 1
-        self._hand_off(flight, _UNSTARTED, None, flight.state)
-
-    def cancel_all(self) -> None:
-        """Cancel every carried item (the run is being salvaged or abandoned)."""
-        for job in list(self._flights):
-            self.cancel(job)
 
     def _iterator(self, job: int) -> Iterator[Any] | AsyncIterator[Any]:
         it = self._its.get(job)
@@ -863,8 +626,280 @@ class Sources:
                 self._close_failed(job, exc)
 
 
+class Items:
+    """One run's items carried out (its ``Sources.items``).
+
+    The core STARTs each grown job as it STARTs any job; a first attempt without a
+    timeout of a node that needs no record around its call (``_Branch.carried``) is
+    carried out here, the way the core's carrier carries out a lone START (src/carry.rs):
+    called with its item's values, its value stored, the core told, and the item's next
+    START carried out the same way. An item's async nodes run in one task of its own
+    (``_fly``), one after the other, as a hand-written ``gather`` of items would: the
+    first step of every node runs in the task that goes on with it. Whatever needs the
+    driver (a failure, a cancellation, a value whose check fails) is handed to it as the
+    attempt it would have had at that point (``_hand_off``), with the job's record made
+    then. Nothing is decided here: which job starts next is the core's.
+    """
+
+    __slots__ = ("_calls", "_carrying", "_flights", "_jobs", "_run", "_sources", "_values")
+
+    def __init__(
+        self, calls: RunCalls, jobs: RunJobs, values: dict[str, Any], sources: Sources
+    ) -> None:
+        self._calls = weakref.proxy(calls)
+        self._sources = weakref.proxy(sources)  # which holds this object
+        self._jobs = jobs
+        self._values = values
+        # Whether the run lets items be carried out (nobody watches attempts, no run
+        # timeout); the items in flight, by the job each is at.
+        self._carrying = not calls.watching and calls.clipped is None
+        self._flights: dict[int, _Flight] = {}
+        self._run = calls.run  # the core's Run refers to nothing of the driver's
+
+    def carry(self, job: int, attempt: int, timeout: float | None) -> bool:
+        """Carry out START ``job`` (``attempt``, ``timeout``) if it may be; else ``False``
+        and the driver carries it out (``Calls._start``)."""
+        jobs = self._jobs
+        if (
+            attempt
+            or timeout is not None
+            or not self._carrying
+            or not jobs.plan_forward <= job < jobs.forward_count
+        ):
+            return False
+        branch = list.__getitem__(jobs, job)
+        if type(branch) is not _Branch or not branch.carried:
+            return False
+        item = bisect.bisect_right(jobs.firsts[branch.fan], job) - 1
+        args = jobs.carried_args(branch, item, self._values)
+        if args is None:
+            return False
+        flight = _Flight(job, branch, item, args)
+        called, payload = self._call(flight)
+        if called is _AWAIT:
+            flight.aw = payload
+            table = self._calls.table
+            table.live += 1  # before create_task: an eager task factory may finish it at once
+            self._flights[job] = flight
+            flight.task = asyncio.get_running_loop().create_task(self._fly(flight))
+        elif called is _VALUE:
+            self._calls.execute(self._succeeded(flight, payload))
+        return True
+
+    def _call(self, flight: _Flight) -> tuple[object, Any]:
+        """Call ``flight``'s node: ``(_AWAIT, awaitable)``, ``(_VALUE, value)``, or
+        ``(_HANDED, None)`` once handed to the driver."""
+        branch = flight.branch
+        try:
+            if branch.positional:
+                result = branch.call(*flight.args)
+            else:
+                result = branch.call(**flight.kwargs())
+        except BaseException as exc:
+            self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
+            return _HANDED, None
+        if type(result) is _CoroutineType:
+            return _AWAIT, result
+        return self._settled(flight, result)
+
+    def _settled(self, flight: _Flight, result: Any) -> tuple[object, Any]:
+        """What a call that did not return a coroutine returned: an awaitable, a value
+        (checked), or handed to the driver."""
+        try:
+            awaitable = _isawaitable(result)
+        except BaseException as exc:  # user code asked (a ``__class__`` property)
+            self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
+            return _HANDED, None
+        if awaitable:
+            return _AWAIT, result
+        return self._checked(flight, result)
+
+    def _checked(self, flight: _Flight, value: Any) -> tuple[object, Any]:
+        """``(_VALUE, value)`` when it passes its node's output check; else handed to the
+        driver, which checks it again and reports."""
+        check = flight.branch.output_check
+        if check is not None:
+            try:
+                ok = check(value)
+            except BaseException:
+                ok = False
+            if not ok:
+                self._hand_off(flight, _RETURNED, value, flight.state)
+                return _HANDED, None
+        return _VALUE, value
+
+    def _succeeded(self, flight: _Flight, value: Any) -> list[_core.Command]:
+        """``flight``'s node succeeded with ``value``: stored, and the core told."""
+        self._values[f"{flight.branch.name}[{flight.item}]"] = value
+        commands: list[_core.Command] = self._run.succeeded(flight.job)
+        return commands
+
+    async def _fly(self, flight: _Flight) -> None:
+        """An item's task: its carried nodes, one after the other."""
+        flight.state = _RUNNING_STATE
+        calls = self._calls
+        flights = self._flights
+        try:
+            while True:
+                try:
+                    value = await flight.aw
+                except BaseException as exc:  # never let anything escape a task
+                    del flights[flight.job]
+                    calls.table.live -= 1
+                    self._hand_off(flight, _RAISED, exc, flight.state)
+                    return
+                del flights[flight.job]
+                if flight.state is not _RUNNING_STATE:  # the core cancelled it meanwhile
+                    calls.table.live -= 1
+                    self._hand_off(flight, _RETURNED, value, flight.state)
+                    return
+                check = flight.branch.output_check
+                if check is not None:
+                    try:
+                        ok = check(value)
+                    except BaseException:
+                        ok = False
+                    if not ok:  # the driver checks it again and reports
+                        calls.table.live -= 1
+                        self._hand_off(flight, _RETURNED, value, flight.state)
+                        return
+                if not self._next(flight, value):
+                    calls.table.live -= 1
+                    return
+                flights[flight.job] = flight
+        finally:
+            del flight
+            if calls.table.live == 0:
+                self._wake()
+
+    def _next(self, flight: _Flight, value: Any) -> bool:
+        """In the item's task: ``flight``'s node succeeded with ``value``. The item's next
+        START, if the core gives one and it may be carried, is called; ``True`` when it is
+        to be awaited in this task (``flight.aw``). The core's other commands go to the
+        coordinator, as an attempt's outcome does."""
+        values = self._values
+        run = self._run
+        while True:
+            values[f"{flight.branch.name}[{flight.item}]"] = value
+            commands = run.succeeded(flight.job)
+            if not commands:
+                return False
+            follow = self._follow(flight, commands)
+            if follow is None:
+                self._pass_on(commands)
+                return False
+            command, branch = follow
+            if len(commands) > 1:
+                self._pass_on([other for other in commands if other is not command])
+            args = self._jobs.carried_args(branch, flight.item, values)
+            if args is None:  # the driver reads them again and reports
+                self._pass_on([command], True)
+                return False
+            flight.job, flight.branch, flight.args = command[1], branch, args
+            flight.aw = None
+            called, value = self._call(flight)
+            if called is _AWAIT:
+                flight.aw = value
+                return True
+            if called is _HANDED:
+                return False
+
+    def _follow(
+        self, flight: _Flight, commands: list[_core.Command]
+    ) -> tuple[_core.Command, _Branch] | None:
+        """The START among ``commands`` of ``flight``'s item's next job, if it may be
+        carried out in the item's task."""
+        jobs = self._jobs
+        # The item's jobs are contiguous, in branch order, from ``first``.
+        first = flight.job - flight.branch.pos
+        fan = flight.branch.fan
+        end = jobs.forward_count
+        for command in commands:
+            op, job, attempt, timeout = command
+            if op == _START and not attempt and timeout is None and first < job < end:
+                branch = list.__getitem__(jobs, job)
+                if (
+                    type(branch) is _Branch
+                    and branch.carried
+                    and branch.fan == fan
+                    and job - branch.pos == first
+                ):
+                    return command, branch
+        return None
+
+    def _pass_on(self, commands: list[_core.Command], starts: bool = False) -> None:
+        """Commands of the core an item's task does not carry out itself: a draw or a close
+        is queued for the coordinator as it is; the others are carried out by it."""
+        calls = self._calls
+        if not starts and all(command[0] in _FAN_OPS for command in commands):
+            if len(commands) == 1:
+                op, job, item, _arg = commands[0]
+                if op == _DRAW and self._sources.draw_here(job, item):
+                    return
+            calls.execute(commands)
+        else:
+            calls.table.post((_FAN, calls.execute, commands))
+
+    def _wake(self) -> None:
+        """Wake the coordinator (nothing of the run may be left running)."""
+        table = self._calls.table
+        waiter = table.waiter
+        if waiter is not None:
+            table.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _hand_off(
+        self, flight: _Flight, kind: EventKind, payload: Any, state: AttemptState
+    ) -> None:
+        """The driver goes on with ``flight``'s attempt: the attempt it would have had at
+        this point (the job's record made now) and the outcome it would have posted."""
+        calls = self._calls
+        job = flight.job
+        attempt = Attempt(self._jobs[job], 0, None)
+        attempt.state = state
+        attempt.aw = flight.aw
+        # A call that raised or returned at once ran in no task of its own (as the
+        # driver's own sync calls).
+        attempt.task = None if flight.aw is None else flight.task
+        calls.table.add(attempt)
+        calls.kwargs[job] = flight.kwargs()  # read by its retries
+        calls.table.post((kind, attempt, payload))
+
+    def cancel(self, job: int) -> bool:
+        """CANCEL ``job``: ``True`` when it is a carried item's (its task cancelled once)."""
+        flight = self._flights.get(job)
+        if flight is None:
+            return False
+        if flight.state >= _CANCELLED_STATE:
+            return True
+        task = flight.task
+        assert task is not None
+        if flight.state is _RUNNING_STATE:
+            # False when the task has already finished: its outcome is its own.
+            flight.state = _CANCELLED_STATE if task.cancel() else _CANCEL_MISSED_STATE
+            return True
+        flight.state = _CANCELLED_STATE  # its task never ran a step: nothing was awaited
+        task.cancel()
+        task.add_done_callback(lambda _task: self._unstarted(flight))
+        return True
+
+    def _unstarted(self, flight: _Flight) -> None:
+        # The task holds the cancellation it ended with, whose traceback holds its frame,
+        # which holds ``flight``: no reference back to the task (no cycle).
+        flight.task = None
+        self._flights.pop(flight.job, None)
+        self._calls.table.live -= 1
+        self._hand_off(flight, _UNSTARTED, None, flight.state)
+
+    def cancel_all(self) -> None:
+        """Cancel every carried item (the run is being salvaged or abandoned)."""
+        for job in list(self._flights):
+            self.cancel(job)
+
+
 class _Flight:
-    """An item carried out (``Sources.carry``): the job it is at and its attempt's state."""
+    """An item carried out (``Items.carry``): the job it is at and its attempt's state."""
 
     __slots__ = ("args", "aw", "branch", "item", "job", "state", "task")
 
