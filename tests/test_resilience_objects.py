@@ -461,24 +461,40 @@ def test_threads_never_exceed_the_budget() -> None:
 def test_admission_at_once_takes_everything_or_nothing() -> None:
     from sdax_hamilton import _core
 
+    woken: list[tuple[object, int]] = []
+    clock: list[float] = []
+
+    def read_clock() -> float:
+        clock.append(time.monotonic())
+        return clock[-1]
+
+    def wake(core: object, waiter: int) -> None:
+        woken.append((core, waiter))
+
     bulkhead = Bulkhead(1, max_waiting=1)
     breaker = CircuitBreaker(min_calls=1, break_for=60.0)
-    now = time.monotonic()
-    assert _core.admit_at_once(bulkhead._core, breaker._core, now)
+    guard = _core.Guard(bulkhead._core, breaker._core, read_clock, wake)
+    assert guard.admit()
     assert (bulkhead.in_use, bulkhead.waiting) == (1, 0)
+    assert clock == []  # a closed breaker admits without the time
     # The bulkhead full: nothing taken, nobody queued (the driver's own admission queues).
-    assert not _core.admit_at_once(bulkhead._core, breaker._core, now)
+    assert not guard.admit()
     assert (bulkhead.in_use, bulkhead.waiting) == (1, 0)
-    # Over: the permit back, the failure recorded (min_calls=1 opens the breaker).
-    assert _core.end_unprobed(bulkhead._core, breaker._core, now, False) == (None, "open")
+    # Over: the permit back, the failure recorded at the clock's time (min_calls=1 opens
+    # the breaker).
+    assert guard.end(False) == "open"
+    assert len(clock) == 1
     assert bulkhead.in_use == 0 and breaker.state == "open"
     # Open: refused before the bulkhead is asked, which stays untouched.
-    assert not _core.admit_at_once(bulkhead._core, breaker._core, now)
+    assert not guard.admit()
     assert bulkhead.in_use == 0
-    assert _core.admit_at_once(bulkhead._core, None, now)
-    # A permit given back with a waiter queued goes to it.
+    alone = _core.Guard(bulkhead._core, None, read_clock, wake)
+    assert alone.admit()
+    # A permit given back with a waiter queued goes to it, woken through ``wake``; nothing
+    # to record reads no clock.
     assert bulkhead._core.try_acquire() == 0
-    assert _core.end_unprobed(bulkhead._core, None, now, None) == (0, None)
+    assert alone.end(None) is None
+    assert woken == [(bulkhead._core, 0)] and len(clock) == 1
     assert bulkhead._core.claim(0)
     assert bulkhead._core.release() is None
     assert (bulkhead.in_use, bulkhead.waiting) == (0, 0)
