@@ -1,19 +1,22 @@
 """The shared objects at work in one run (docs/resilience.md): a guarded attempt is
 admitted by its breaker, then by its bulkhead, before its call; it gives its permit back
-and its outcome to the breaker once it has ended and drained; a node that has failed for
-good falls back.
+and its outcome to the breaker once it has ended and drained. A node that has failed for
+good falls back (``fallbacks.py``).
 
 The rules are the core's: whether a breaker lets an attempt through and what an outcome
 does to it, who gets a permit and in which order (core/src/shared/), whether a retry fits
 the budget and when a fallback is called (core/src/run.rs). This module carries them
-out: it reads the clock for them, parks a waiting attempt until its permit comes, and
-wakes the waiter a released permit goes to, on whatever loop or thread it waits.
+out: it parks a waiting attempt until its permit comes, and wakes the waiter a released
+permit goes to, on whatever loop or thread it waits.
 
-A lone first attempt that can be admitted at once (its breaker closed, a permit free) is
-admitted, called and, if it is over without the driver, ended by the core's ``Run`` itself
-(src/carry.rs); the driver sees such an attempt only when it is handed back (``carried``),
-when a permit it gave back went to a waiter (``wake``), or when its success changed its
-breaker's state (``carried_transition``).
+Most attempts are admitted at once (the breaker closed, a permit free): one call into the
+node's ``_core.Guard`` admits such an attempt and one ends it, the clock read there; it
+holds the shared ``AT_ONCE`` record. A lone first attempt admitted so is admitted, called
+and, if it is over without the driver, ended by the core's ``Run`` itself (src/carry.rs);
+the driver sees such an attempt only when it is handed back (``carried``), when a permit
+it gave back went to a waiter (``wake``), or when its success changed its breaker's state
+(``carried_transition``). Any other attempt is admitted by ``_admit``, which may queue
+it, refuse it or let it through as a probe.
 """
 
 from __future__ import annotations
