@@ -311,15 +311,8 @@ impl PyCircuitBreaker {
         py: Python<'py>,
         now: f64,
     ) -> PyResult<(Bound<'py, PyAny>, Option<&'static str>)> {
-        let (admission, transition) = locked(&self.inner).admit(now);
-        let a = match admission {
-            Admission::Allowed { probe: None } => py.None().into_bound(py),
-            Admission::Allowed {
-                probe: Some(Probe(p)),
-            } => p.into_pyobject(py)?.into_any(),
-            Admission::Rejected { retry_after } => PyFloat::new(py, retry_after).into_any(),
-        };
-        Ok((a, transition_str(transition)))
+        let (admission, transition, _) = self.admit_now(py, now)?;
+        Ok((admission, transition))
     }
 
     /// The outcome of an admitted attempt (`probe` as `admit` gave it): the transition it
@@ -349,8 +342,28 @@ impl PyCircuitBreaker {
     }
 }
 
-/// What the inline carrier asks of a breaker (src/carry.rs).
+/// What the inline carrier (src/carry.rs) and a node's `Guard` ask of a breaker.
 impl PyCircuitBreaker {
+    /// `admit` at `now`, and the state it left the breaker in.
+    fn admit_now<'py>(
+        &self,
+        py: Python<'py>,
+        now: f64,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<&'static str>, &'static str)> {
+        let mut breaker = locked(&self.inner);
+        let (admission, transition) = breaker.admit(now);
+        let state = breaker.state(now).as_str();
+        drop(breaker);
+        let a = match admission {
+            Admission::Allowed { probe: None } => py.None().into_bound(py),
+            Admission::Allowed {
+                probe: Some(Probe(p)),
+            } => p.into_pyobject(py)?.into_any(),
+            Admission::Rejected { retry_after } => PyFloat::new(py, retry_after).into_any(),
+        };
+        Ok((a, transition_str(transition), state))
+    }
+
     /// Admitted without a probe if closed; `false` changes nothing.
     pub(crate) fn admit_if_closed(&self) -> bool {
         locked(&self.inner).admit_if_closed()
@@ -475,6 +488,44 @@ impl PyGuard {
             self.wake.bind(py).call1((bulkhead, waiter))?;
         }
         Ok(transition)
+    }
+
+    /// The breaker's admission at the clock's time, the way that may refuse an attempt or
+    /// let it through as a probe (`CircuitBreaker.admit`), for an attempt `admit` took
+    /// nothing for: `(admission, transition, state)`, admission `None` (go ahead), an int
+    /// (go ahead as this probe) or a float (refused: `retry_after`); the transition this
+    /// call made (`"half_open"`) or `None`; the breaker's state after it. Without a
+    /// breaker: `(None, None, "closed")`.
+    fn ask<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<&'static str>, &'static str)> {
+        match &self.breaker {
+            Some(breaker) => {
+                let now = self.now(py)?;
+                breaker.get().admit_now(py, now)
+            }
+            None => Ok((py.None().into_bound(py), None, "closed")),
+        }
+    }
+
+    /// The outcome of an attempt `ask` let through (`probe` as it gave it) at the clock's
+    /// time: the transition it caused, `"open"` or `"closed"`, else `None` (and without a
+    /// breaker).
+    #[pyo3(signature = (success, probe))]
+    fn record(
+        &self,
+        py: Python<'_>,
+        success: bool,
+        probe: Option<u64>,
+    ) -> PyResult<Option<&'static str>> {
+        match &self.breaker {
+            Some(breaker) => {
+                let now = self.now(py)?;
+                Ok(breaker.get().record(now, success, probe))
+            }
+            None => Ok(None),
+        }
     }
 
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {

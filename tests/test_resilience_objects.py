@@ -458,6 +458,32 @@ def test_threads_never_exceed_the_budget() -> None:
     assert retries >= 3990
 
 
+def test_the_guard_asks_and_records_at_the_time_of_the_clock_it_is_handed() -> None:
+    from sdax_hamilton import _core
+
+    now = [100.0]
+    breaker = CircuitBreaker(min_calls=1, break_for=5.0, probes=1)
+    guard = _core.Guard(None, breaker._core, lambda: now[0], lambda core, waiter: None)
+    assert guard.ask() == (None, None, "closed")  # closed: no probe
+    assert guard.record(False, None) == "open"
+    assert not guard.admit()
+    admission, transition, state = guard.ask()
+    assert admission == pytest.approx(5.0) and (transition, state) == (None, "open")
+    now[0] = 103.0
+    assert guard.ask()[0] == pytest.approx(2.0)  # retry_after counted on the handed clock
+    now[0] = 105.0
+    probe, transition, state = guard.ask()
+    assert isinstance(probe, int) and (transition, state) == ("half_open", "half_open")
+    refused, transition, state = guard.ask()  # its one probe is out
+    assert isinstance(refused, float) and (transition, state) == (None, "half_open")
+    assert guard.record(True, probe) == "closed"
+    assert guard.admit() and guard.end(True) is None
+    assert breaker._core.outcomes(now[0]) == (1, 0)  # the closed breaker's empty window, then one
+    # Without a breaker there is nothing to ask or tell.
+    bare = _core.Guard(Bulkhead(1)._core, None, lambda: now[0], lambda core, waiter: None)
+    assert bare.ask() == (None, None, "closed") and bare.record(False, None) is None
+
+
 def test_admission_at_once_takes_everything_or_nothing() -> None:
     from sdax_hamilton import _core
 

@@ -94,6 +94,15 @@ class Guard:
         """Admit an attempt at once, or take nothing (``False``): ``breaker`` (if any)
         closed (no clock read), then a permit of ``bulkhead`` (if any) free with nobody
         queued. Admitted, it holds the permit and no probe: end it with ``end``."""
+    def ask(self) -> tuple[int | float | None, str | None, str]:
+        """The breaker's admission at the clock's time (``CircuitBreaker.admit``), for an
+        attempt ``admit`` took nothing for: ``(admission, transition, state)``, admission
+        ``None`` (go ahead), an int (go ahead as this probe) or a float (refused:
+        ``retry_after``); the transition it made (``"half_open"``) or ``None``; the
+        breaker's state after it. Without a breaker: ``(None, None, "closed")``."""
+    def record(self, success: bool, probe: int | None) -> str | None:
+        """The outcome of an attempt ``ask`` let through (``probe`` as it gave it), at the
+        clock's time: the breaker's transition or ``None`` (also without a breaker)."""
     def end(self, success: bool | None) -> str | None:
         """An attempt ``admit`` let through is over: its permit goes back to ``bulkhead``
         (the waiter it went to woken) and ``success`` (unless ``None``) to ``breaker``, at

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
 from collections.abc import Sequence
 from typing import Any, Final, Protocol
@@ -63,7 +62,6 @@ class RunCalls(Protocol):
 
 logger = logging.getLogger("sdax_hamilton")
 
-_monotonic: Final = time.monotonic
 _RAISED: Final = EventKind.RAISED
 _UNSTARTED: Final = EventKind.UNSTARTED
 _PERMIT: Final = EventKind.PERMIT
@@ -141,8 +139,8 @@ class Guards:
         held = Held()
         breaker = node.breaker
         bulkhead = node.bulkhead
-        if breaker is not None:
-            admission, transition = breaker._core.admit(_monotonic())
+        if breaker is not None and node.guard is not None:
+            admission, transition, state = node.guard.ask()
             if transition is not None:
                 self._transition(breaker, transition)
             if isinstance(admission, float):
@@ -152,7 +150,7 @@ class Guards:
                     admission,
                     breaker,
                 )
-                state = "half_open" if breaker._core.state(_monotonic()) == "half_open" else "open"
+                state = "half_open" if state == "half_open" else "open"
                 self._reject(attempt, error, "circuit_rejected", None, state)
                 return False
             held.probe = admission  # a probe ticket, or None
@@ -367,17 +365,17 @@ class Guards:
             return
         if held is None:
             return  # rejected: it held nothing
-        breaker = attempt.job.node.breaker
+        node = attempt.job.node
         if held.permit and held.bulkhead is not None:
             give_back(held.bulkhead)
-        if breaker is None:
+        if node.breaker is None or node.guard is None:
             return
         if success is None:
             self._forget_probe(attempt, held)
             return
-        transition = breaker._core.record(_monotonic(), success, held.probe)
+        transition = node.guard.record(success, held.probe)
         if transition is not None:
-            self._transition(breaker, transition)
+            self._transition(node.breaker, transition)
 
     def _forget_probe(self, attempt: Attempt, held: Held) -> None:
         probe, held.probe = held.probe, None
