@@ -531,6 +531,26 @@ async def test_a_hook_raising_keyboard_interrupt_stops_the_run_after_releases(
     assert isinstance(post["error"], KeyboardInterrupt)
 
 
+@pytest.mark.parametrize("later", ["sync", "async"])
+@pytest.mark.parametrize("where", ["pre_node", "post_node"])
+async def test_an_adapter_after_an_interrupting_one_still_sees_the_attempt(
+    graph: Any, where: str, later: str
+) -> None:
+    # The first adapter raises KeyboardInterrupt in a node hook of `total`; the adapter after
+    # it still sees that hook (sync hooks, or async hooks that are awaited), and the
+    # interrupt reaches the caller once every hook of the attempt has run.
+    raising = Raising({where}, KeyboardInterrupt, node="total")
+    seen = Recorder(graph.LOG) if later == "sync" else AsyncHooks(graph.LOG)
+    plan = Driver(graph, adapters=[raising, seen]).prepare(["total"])
+    with pytest.raises(KeyboardInterrupt, match=f"hook {where} broke"):
+        await plan.execute(inputs={"x": 1})
+    if later == "sync":
+        assert [a["node_name"] for a in seen.of(where)].count("total") == 1  # type: ignore[union-attr]
+    else:
+        assert any(s.startswith(f"{where} total") for s in graph.LOG)
+    assert graph.LOG.count("release pool") == 1
+
+
 async def test_release_order_holds_with_hooks_raising_everywhere(make_module: Any) -> None:
     module = make_module(
         """

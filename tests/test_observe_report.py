@@ -7,6 +7,7 @@ import logging
 from typing import Any
 
 import pytest
+from support.modules import RETRIED_RUN
 
 from sdax_hamilton import Driver, ExecutionError, NodeReport, RunEvent, RunReport
 from sdax_hamilton.testing import instant_retries
@@ -157,43 +158,9 @@ def test_an_input_rejection_is_a_failure_without_attempts() -> None:
 
 # --------------------------------------------------------------------- real runs
 
-GRAPH = """
-import asyncio
-from sdax_hamilton import Acquisition, execution, shutdown
-
-class Service:
-    def __init__(self) -> None:
-        self.calls = 0
-
-async def service() -> Service:
-    return Service()
-
-@shutdown(of=service, retries=1, initial_delay=0)
-async def close_service(acquired: Acquisition[Service]) -> None:
-    if acquired.value.calls == 3:
-        acquired.value.calls += 1
-        raise ConnectionError("close failed once")
-
-@execution(retries=3, initial_delay=0.01, backoff_factor=1.0)
-async def fetched(service: Service) -> int:
-    service.calls += 1
-    if service.calls < 3:
-        raise ConnectionResetError("dropped")
-    return service.calls
-
-@execution(timeout=0.05)
-async def stuck(fetched: int, hang: bool) -> int:
-    if hang:
-        await asyncio.Event().wait()
-    return fetched
-
-async def after(stuck: int) -> int:
-    return stuck + 1
-"""
-
 
 async def test_a_real_run_with_retries_and_a_retried_release(make_module: Any) -> None:
-    plan = Driver(make_module(GRAPH)).prepare(["after"])
+    plan = Driver(make_module(RETRIED_RUN)).prepare(["after"])
     report = RunReport()
     assert await plan.execute(inputs={"hang": False}, observer=report) == {"after": 4}
     assert list(report.nodes) == ["service", "fetched", "stuck", "after"]
@@ -225,7 +192,7 @@ async def test_a_real_run_with_retries_and_a_retried_release(make_module: Any) -
 
 
 async def test_a_failed_run_shows_which_node_failed_and_what_never_ran(make_module: Any) -> None:
-    plan = Driver(make_module(GRAPH)).prepare(["after"])
+    plan = Driver(make_module(RETRIED_RUN)).prepare(["after"])
     report = RunReport()
     with instant_retries(), pytest.raises(ExecutionError):
         await plan.execute(inputs={"hang": True}, observer=report)

@@ -18,6 +18,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
+from support.modules import RETRIED_RUN
 
 from sdax_hamilton import Driver, ExecutionError, RunEvent, RunReport
 from sdax_hamilton.testing import instant_retries
@@ -456,43 +457,9 @@ def test_the_svg_stays_readable_for_3_and_200_nodes(count: int) -> None:
 
 # --------------------------------------------------------------------- real runs
 
-GRAPH = """
-import asyncio
-from sdax_hamilton import Acquisition, execution, shutdown
-
-class Service:
-    def __init__(self) -> None:
-        self.calls = 0
-
-async def service() -> Service:
-    return Service()
-
-@shutdown(of=service, retries=1, initial_delay=0)
-async def close_service(acquired: Acquisition[Service]) -> None:
-    if acquired.value.calls == 3:
-        acquired.value.calls += 1
-        raise ConnectionError("close failed once")
-
-@execution(retries=3, initial_delay=0.01, backoff_factor=1.0)
-async def fetched(service: Service) -> int:
-    service.calls += 1
-    if service.calls < 3:
-        raise ConnectionResetError("dropped")
-    return service.calls
-
-@execution(timeout=0.05)
-async def stuck(fetched: int, hang: bool) -> int:
-    if hang:
-        await asyncio.Event().wait()
-    return fetched
-
-async def after(stuck: int) -> int:
-    return stuck + 1
-"""
-
 
 async def test_a_real_run_draws_its_retries_release_and_phases(make_module: Any) -> None:
-    plan = Driver(make_module(GRAPH)).prepare(["after"])
+    plan = Driver(make_module(RETRIED_RUN)).prepare(["after"])
     report = RunReport()
     assert await plan.execute(inputs={"hang": False}, observer=report) == {"after": 4}
     events = check_trace_format(report.to_chrome_trace())
@@ -523,7 +490,7 @@ async def test_a_real_run_draws_its_retries_release_and_phases(make_module: Any)
 
 
 async def test_a_real_failed_run_draws_the_timed_out_attempt(make_module: Any) -> None:
-    plan = Driver(make_module(GRAPH)).prepare(["after"])
+    plan = Driver(make_module(RETRIED_RUN)).prepare(["after"])
     report = RunReport()
     with instant_retries(), pytest.raises(ExecutionError):
         await plan.execute(inputs={"hang": True}, observer=report)

@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 from support import png
-from test_timeline import GRAPH, HOSTILE, SVG, expected_label, hostile_report, wide_report
+from support.modules import RETRIED_RUN
+from test_timeline import HOSTILE, SVG, expected_label, hostile_report, wide_report
 
 from sdax_hamilton import Driver, RunReport
 from sdax_hamilton._timeline import FILLS
@@ -129,7 +130,7 @@ def label_is_drawn(image: png.Image, dom: ET.Element, label: str, scale: float =
 async def test_a_real_run_renders_with_its_rows_bars_and_names(
     make_module: Any, tmp_path: Path
 ) -> None:
-    plan = Driver(make_module(GRAPH)).prepare(["after"])
+    plan = Driver(make_module(RETRIED_RUN)).prepare(["after"])
     report = RunReport()
     assert await plan.execute(inputs={"hang": False}, observer=report) == {"after": 4}
     image, dom = render(tmp_path, report.to_svg())

@@ -392,40 +392,22 @@ class NodeHooks:
     def before_sync(
         self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
     ) -> None:
-        interrupted: BaseException | None = None
+        errors = _HookErrors(run_id, node._name, attempt)
         for hook in self.pre_node:
-            try:
+            with errors.of(hook):
                 hook.call(**self._pre_arguments(hook, run_id, node, kwargs, attempt))
-            except Exception as exc:
-                _log_hook_error(
-                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
-                )
-            except BaseException as exc:
-                if interrupted is None:  # every adapter sees the start (and then the end)
-                    interrupted = exc
-        if interrupted is not None:
-            raise interrupted
+        errors.raise_first()
 
     async def before(
         self, run_id: str, node: _NodeCall, kwargs: dict[str, Any], attempt: int
     ) -> None:
-        interrupted: BaseException | None = None
+        errors = _HookErrors(run_id, node._name, attempt)
         for hook in self.pre_node:
-            try:
+            with errors.of(hook):
                 outcome = hook.call(**self._pre_arguments(hook, run_id, node, kwargs, attempt))
                 if hook.is_async:
                     await outcome
-            except Exception as exc:
-                _log_hook_error(
-                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
-                )
-            except BaseException as exc:
-                # A cancellation (the attempt's timeout, say) or KeyboardInterrupt: the other
-                # adapters still see the start, so that each sees the end too.
-                if interrupted is None:
-                    interrupted = exc
-        if interrupted is not None:
-            raise interrupted
+        errors.raise_first()
 
     def after_sync(
         self,
@@ -437,22 +419,14 @@ class NodeHooks:
         error: BaseException | None,
         result: Any,
     ) -> None:
-        interrupted: BaseException | None = None
+        errors = _HookErrors(run_id, node._name, attempt)
         for hook in self.post_node:
             arguments = self._post_arguments(
                 hook, run_id, node, kwargs, attempt, success, error, result
             )
-            try:
+            with errors.of(hook):
                 hook.call(**arguments)
-            except Exception as exc:
-                _log_hook_error(
-                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
-                )
-            except BaseException as exc:
-                if interrupted is None:
-                    interrupted = exc
-        if interrupted is not None:
-            raise interrupted
+        errors.raise_first()
 
     async def after(
         self,
@@ -464,26 +438,60 @@ class NodeHooks:
         error: BaseException | None,
         result: Any,
     ) -> None:
-        interrupted: BaseException | None = None
+        errors = _HookErrors(run_id, node._name, attempt)
         for hook in self.post_node:
             arguments = self._post_arguments(
                 hook, run_id, node, kwargs, attempt, success, error, result
             )
-            try:
+            with errors.of(hook):
                 outcome = hook.call(**arguments)
                 if hook.is_async:
                     await outcome
-            except Exception as exc:
-                _log_hook_error(
-                    hook, exc, f" of node {node._name!r} (attempt {attempt})", run_id, node._name
-                )
-            except BaseException as exc:
-                # Every adapter that saw the start of the attempt sees its end; the first
-                # such exception (a cancellation, say) is re-raised once all have run.
-                if interrupted is None:
-                    interrupted = exc
+        errors.raise_first()
+
+
+class _HookErrors:
+    """What the node hooks of one attempt raised: an ``Exception`` is logged and ignored; the
+    first other exception (a cancellation such as the attempt's timeout, a
+    ``KeyboardInterrupt``) is kept and re-raised once every hook has run, so that each adapter
+    that saw the start of an attempt sees its end too."""
+
+    __slots__ = ("_attempt", "_hook", "_interrupted", "_node", "_run_id")
+
+    def __init__(self, run_id: str, node: str, attempt: int) -> None:
+        self._run_id = run_id
+        self._node = node
+        self._attempt = attempt
+        self._hook: _Hook | None = None
+        self._interrupted: BaseException | None = None
+
+    def of(self, hook: _Hook) -> _HookErrors:
+        self._hook = hook
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> bool:
+        hook, self._hook = self._hook, None
+        if exc is None:
+            return False
+        if isinstance(exc, Exception):
+            if hook is not None:
+                where = f" of node {self._node!r} (attempt {self._attempt})"
+                _log_hook_error(hook, exc, where, self._run_id, self._node)
+        elif self._interrupted is None:
+            self._interrupted = exc
+        return True
+
+    def raise_first(self) -> None:
+        interrupted, self._interrupted = self._interrupted, None
         if interrupted is not None:
-            raise interrupted
+            try:
+                raise interrupted
+            finally:
+                # The traceback holds this frame: no cycle back to the exception.
+                del interrupted
 
 
 class _NodeCall:

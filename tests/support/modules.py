@@ -24,3 +24,40 @@ def load_module(source: str, name: str | None = None) -> Any:
     code = compile(textwrap.dedent(source), f"<{module_name}>", "exec", dont_inherit=True)
     exec(code, module.__dict__)
     return module
+
+
+RETRIED_RUN = """
+import asyncio
+from sdax_hamilton import Acquisition, execution, shutdown
+
+class Service:
+    def __init__(self) -> None:
+        self.calls = 0
+
+async def service() -> Service:
+    return Service()
+
+@shutdown(of=service, retries=1, initial_delay=0)
+async def close_service(acquired: Acquisition[Service]) -> None:
+    if acquired.value.calls == 3:
+        acquired.value.calls += 1
+        raise ConnectionError("close failed once")
+
+@execution(retries=3, initial_delay=0.01, backoff_factor=1.0)
+async def fetched(service: Service) -> int:
+    service.calls += 1
+    if service.calls < 3:
+        raise ConnectionResetError("dropped")
+    return service.calls
+
+@execution(timeout=0.05)
+async def stuck(fetched: int, hang: bool) -> int:
+    if hang:
+        await asyncio.Event().wait()
+    return fetched
+
+async def after(stuck: int) -> int:
+    return stuck + 1
+"""
+"""A run with a retried node, a release retried once and a node that can hang past its
+timeout (``hang``): what the run report and its timeline are tested on."""

@@ -2,8 +2,9 @@
 
 A START becomes a call of the node's (or release's) function. An awaitable result is either
 awaited inline in the phase's task (a lone attempt: ``Calls.inline``, which the coordinator
-decides on) or in a task of its own; a timeout is a timer that cancels what runs it. How an
-attempt ended goes on the table's queue (or, inline, back to the coordinator), for
+decides on) or in a task of its own; a timeout is a timer that cancels what runs it
+(``cancels.py``, as a CANCEL does; a ``CARRIED`` START is picked up by ``handback.py``). How
+an attempt ended goes on the table's queue (or, inline, back to the coordinator), for
 ``Outcomes``. docs/internals.md, "How the driver carries out STARTs", gives the reasons.
 """
 
@@ -18,15 +19,16 @@ from typing import Any, Final
 
 from .. import _core
 from .._declarations import Acquisition
-from .attempts import Attempt, AttemptState, AttemptTable, EventKind, resume
+from .attempts import Attempt, AttemptState, AttemptTable, EventKind
 from .cache import CacheRun
+from .cancels import Cancels
 from .fanout import RunJobs, Sources
 from .guards import Guards
+from .handback import carried
 from .hedging import Hedger
 from .jobs import Job, JobTable
 from .record import FailureRecord
 from .reporter import Reporter
-from .runtime import TIMEOUT_MESSAGE
 from .timers import Timers
 
 _START: Final = _core.START
@@ -41,10 +43,6 @@ _NO_BUDGET: Final = _core.NO_BUDGET
 _FALLBACK: Final = _core.FALLBACK
 _FAN_OPS: Final = (_core.DRAW, _core.CLOSE, _core.STOP_DRAW)
 _CARRIED: Final = _core.CARRIED
-_CARRIED_RAISED: Final = _core.CARRIED_RAISED
-_CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
-_CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
-_CARRIED_REJECTED: Final = _core.CARRIED_REJECTED
 _CARRIED_BREAKER: Final = _core.CARRIED_BREAKER
 _RETURNED: Final = EventKind.RETURNED
 _RAISED: Final = EventKind.RAISED
@@ -54,8 +52,6 @@ _EXPIRED: Final = EventKind.EXPIRED
 _RUNNING: Final = AttemptState.RUNNING
 _TIMED_OUT: Final = AttemptState.TIMED_OUT
 _CANCELLED: Final = AttemptState.CANCELLED
-_CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
-_CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
 _CoroutineType: Final = types.CoroutineType
 _isawaitable: Final = inspect.isawaitable
 
@@ -67,6 +63,7 @@ class Calls:
         "__weakref__",
         "_acquisitions",
         "_arguments",
+        "_cancels",
         "_guards",
         "_hedger",
         "_loop",
@@ -118,11 +115,12 @@ class Calls:
         self.timers: Timers | None = None  # attempt timeouts and retry waits, when first used
         self._guards: Guards | None = None  # the shared objects at work (``guards``)
         self._hedger: Hedger | None = None  # hedged rounds (``hedger``)
+        self._cancels: Cancels | None = None  # cancellations of attempts (``cancels``)
         # The run's lookups and stores (``cache.py``), when the plan caches nodes.
         self.cache = None if jobs.cache is None else CacheRun(jobs.cache, self, loop)
         # The run's fan-out sources (``fanout.py``); ``None``: the plan has none.
         self.fans: Sources | None = None
-        if isinstance(jobs, RunJobs):
+        if jobs.fan_outs is not None and isinstance(jobs, RunJobs):
             self.fans = Sources(self, jobs, values)
             jobs.on_grow = weakref.WeakMethod(self._grow)
 
@@ -175,6 +173,17 @@ class Calls:
             hedger = self._hedger = Hedger(self, self._loop)
         return hedger
 
+    def cancels(self) -> Cancels:
+        """The run's cancellations of attempts (``cancels.py``), made on first use."""
+        cancels = self._cancels
+        if cancels is None:
+            cancels = self._cancels = Cancels(self)
+        return cancels
+
+    def _time_out(self, attempt: Attempt, task: asyncio.Task[Any]) -> None:
+        """An attempt's timer fired (``Timers``): cancelled as ``Cancels.time_out`` says."""
+        self.cancels().time_out(attempt, task)
+
     @property
     def guards_made(self) -> Guards | None:
         return self._guards
@@ -185,11 +194,11 @@ class Calls:
             if op == _START:
                 self._start(self.jobs[job], attempt, arg)
             elif op == _CARRIED:
-                self._carried(self.jobs[job], attempt, arg)
+                carried(self, self.jobs[job], attempt, arg)
             elif op == _SLEEP:
                 self._timers().sleep(job, arg or 0.0)
             elif op == _CANCEL:
-                self._cancel(job)
+                self.cancels().job(job)
             elif op == _STOP_SLEEP:
                 if self.timers is not None:  # else no wait was ever armed
                     self.timers.stop_sleep(job)
@@ -257,7 +266,11 @@ class Calls:
             except BaseException as exc:
                 table.post((_RAISED, attempt, exc))
                 return
-        self.returned(attempt, result)
+        if type(result) is _CoroutineType:  # ``returned``'s common case: every async call
+            attempt.aw = result
+            table.fresh.append(attempt)
+        else:
+            self.returned(attempt, result)
 
     def _diverted(
         self, attempt: Attempt, job: Job, kwargs: dict[str, Any], timeout: float | None
@@ -326,39 +339,6 @@ class Calls:
             self._acquisitions[job.id] = Acquisition(result, job.node.output_type)
         self.table.post((_RAISED, attempt, exc))
 
-    def _carried(self, job: Job, number: int, hand: _core.HandBack) -> None:
-        """Go on with attempt ``number`` (the first) of ``job``, which the core's ``Run``
-        carried out up to where the driver is needed (src/carry.rs): ``hand`` says how it
-        ended and carries what the driver needs to go on."""
-        attempt = Attempt(job, number, hand.timeout)
-        table = self.table
-        table.add(attempt)
-        if hand.how == _CARRIED_REJECTED:  # an input check raised: nothing was called
-            table.post((_BAD_INPUT, attempt, hand.payload))
-            return
-        if job.forward:
-            self.kwargs[job.id] = hand.kwargs  # read by its retries
-            if hand.admitted:  # by its bulkhead and breaker: ended as the driver's are
-                self.guards().carried(attempt)
-            if job.node.release is not None and self._acquisitions[job.id] is None:
-                self._acquisitions[job.id] = Acquisition()
-        else:
-            before = hand.cancelling
-            if before is not None and self.task.cancelling() > before:
-                # The release's coroutine cancelled its own task, as an inline release is
-                # seen to: never the caller, whose cancellations land on its own wait.
-                self.failures().caller_cancelled(asyncio.CancelledError(), True)
-        how = hand.how
-        if how == _CARRIED_RAISED:
-            table.post((_RAISED, attempt, hand.payload))
-        elif how == _CARRIED_RETURNED:
-            table.post((_RETURNED, attempt, hand.payload))
-        else:  # awaited like any awaitable a call returned (a lone one: inline)
-            payload = hand.payload
-            attempt.aw = resume(payload, hand.yielded) if how == _CARRIED_SUSPENDED else payload
-            attempt.started = hand.started  # its timer counts from the call
-            table.fresh.append(attempt)
-
     def _first_kwargs(self, attempt: Attempt) -> dict[str, Any] | None:
         """The first attempt's arguments, read and checked as a carried START's are (one
         reading for both paths: ``Carrier.arguments``, src/carry.rs); ``None`` after posting
@@ -377,42 +357,6 @@ class Calls:
             self._acquisitions[job.id] = Acquisition()
         return kwargs
 
-    def _cancel(self, job: int) -> None:
-        """CANCEL: cancel each live attempt of ``job`` once, noting whether it reached it."""
-        for attempt in self.table.live_of(job):
-            self.cancel_attempt(attempt)
-        if self.cache is not None:
-            self.cache.cancel(job)  # a store in progress: the job drains when it is over
-
-    def cancel_attempt(self, attempt: Attempt) -> None:
-        if attempt.state >= _CANCELLED:
-            return
-        if attempt.state == _TIMED_OUT:
-            # Already cancelled once, by its timeout: it is draining.
-            attempt.state = _CANCELLED_TIMED_OUT
-            return
-        task = attempt.task
-        if task is None and attempt.aw is None and self._guards is not None:
-            if self._guards.waiting(attempt):
-                self._guards.cancel_waiting(attempt)  # waiting for a permit: it leaves
-                return
-        if task is None:
-            # Not launched yet (``launch`` reports it unstarted), or a sync call whose
-            # outcome is queued (its own). Inline attempts are marked by the coordinator
-            # before the core's CANCEL arrives.
-            attempt.state = _CANCEL_MISSED
-            return
-        began = attempt.state == _RUNNING
-        # False when the task has already finished: its outcome is queued and is its own.
-        attempt.state = _CANCELLED if task.cancel() else _CANCEL_MISSED
-        if not began:
-            # The task never ran a step: its awaitable will never be awaited.
-            task.add_done_callback(lambda _task: self._unstarted_done(attempt))
-
-    def _unstarted_done(self, attempt: Attempt) -> None:
-        self.table.live -= 1
-        self.table.post((_UNSTARTED, attempt, None))
-
     def launch(self) -> None:
         """Give every fresh awaitable a task of its own (and its timeout a timer)."""
         loop = self._loop
@@ -425,7 +369,7 @@ class Calls:
             attempt.task = loop.create_task(self._attempt_task(attempt))
             timeout = attempt.timeout
             if timeout is not None:
-                self._timers().arm(attempt, timeout, self.time_out)
+                self._timers().arm(attempt, timeout, self._time_out)
         table.fresh.clear()
 
     async def _attempt_task(self, attempt: Attempt) -> None:
@@ -453,7 +397,7 @@ class Calls:
         attempt.baseline = task.cancelling()
         timeout = attempt.timeout
         if timeout is not None:
-            self._timers().arm_inline(attempt, timeout, task, self.time_out)
+            self._timers().arm_inline(attempt, timeout, task, self._time_out)
         timers = self.timers  # ``None``: no attempt of the run had a timeout yet
         try:
             value = await attempt.aw
@@ -469,14 +413,3 @@ class Calls:
         if attempt.state is _TIMED_OUT:  # identity: the enum member itself
             task.uncancel()
         return False, value
-
-    def time_out(self, attempt: Attempt, task: asyncio.Task[Any]) -> None:
-        """The attempt's time is up: cancel what runs it (inline: the phase's task)."""
-        attempt.state = _TIMED_OUT
-        task.cancel(TIMEOUT_MESSAGE)
-        self.report().attempt_timed_out(
-            attempt.id,
-            attempt.number + 1,
-            attempt.timeout,
-            self.was_clipped(attempt.job, attempt.number),
-        )

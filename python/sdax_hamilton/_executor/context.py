@@ -3,10 +3,11 @@
 ``__aenter__`` runs the forward phase, ``__aexit__`` the cleanup; ``execute()`` runs both in
 one task. Each phase's coordinator (``coordinator.coordinate``) runs in a task of its own
 (``eager.phase_task``) while the caller's task waits for it, so the caller's cancellations
-never land in a node or a release: they are recorded here and, in the forward phase, the
-first one is passed on. The run's lifecycle is one ``Stage``; the executor's parts
-(``Calls``, ``Outcomes``) are made when the run first needs them. docs/internals.md ("How
-the driver carries out STARTs") describes the protocol and why it has this shape.
+never land in a node or a release: they land on its wait (``waiting.py``), are recorded
+and, in the forward phase, the first one is passed on. The run's lifecycle is one
+``Stage``; the executor's parts (``Calls``, ``Outcomes``) are made when the run first
+needs them. docs/internals.md ("How the driver carries out STARTs") describes the protocol
+and why it has this shape.
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ from .outcomes import Outcomes
 from .record import FailureRecord
 from .reporter import Reporter
 from .runtime import NodeRuntime
+from .waiting import wait_phase
 
-_CancelledError: Final = asyncio.CancelledError
 _running_loop: Final = asyncio.get_running_loop
 _wants_attempts: Final = Reporter.wants_attempts
 
@@ -52,8 +53,6 @@ _in_run: Final = IN_RUN.get
 
 _NEW: Final = Stage.NEW
 _STARTING: Final = Stage.STARTING
-_FORWARD: Final = Stage.FORWARD
-_ABORTING: Final = Stage.ABORTING
 _SALVAGING: Final = Stage.SALVAGING
 _BETWEEN: Final = Stage.BETWEEN
 _CLOSING: Final = Stage.CLOSING
@@ -265,7 +264,7 @@ class RunContext:
 
     async def execute_rest(self) -> dict[str, Any]:
         """The rest of :meth:`execute` after :meth:`execute_at_once` returned ``None``."""
-        await self._wait_phase(_DONE)
+        await wait_phase(self, _DONE)
         return self._executed()
 
     def _executed(self) -> dict[str, Any]:
@@ -408,7 +407,7 @@ class RunContext:
         ``until``. The caller's cancellations land on our wait, never in the phase: they
         are recorded, and in the forward phase the first one aborts it (passed on once)."""
         if not self._start_phase(coordinator, until):
-            await self._wait_phase(until)
+            await wait_phase(self, until)
         self._phase_ended()
 
     def _start_phase(self, coordinator: Coroutine[Any, Any, None], until: Stage) -> bool:
@@ -425,31 +424,6 @@ class RunContext:
             return False
         caller = current_task(loop)
         return caller is None or not caller.cancelling()
-
-    async def _wait_phase(self, until: Stage) -> None:
-        """Wait for the phase's task until the run reaches ``until`` (``_phase``)."""
-        loop = self._loop
-        task = self._phase_task
-        assert task is not None
-        try:
-            if self._stage >= until:
-                # An eager start ran the whole phase while the caller had a cancellation
-                # pending: the caller never waited, so it was not delivered. Take it now,
-                # as a wait would have, so it stays the caller's primary.
-                await self._take_pending_cancellation()
-            while self._stage < until:
-                done = self._phase_done = loop.create_future()
-                try:
-                    await done
-                except _CancelledError as exc:
-                    self._caller_cancelled(exc)
-                    if task.done() and self._stage < until:
-                        self._never_ran(until)
-        except BaseException:
-            # Not a cancellation: a KeyboardInterrupt raised into this task by a signal
-            # handler, say. Nobody waits for the forward phase any more: abort it.
-            self._request_abort()
-            raise
 
     def _phase_ended(self) -> None:
         """The phase is over: drop it, and raise the coordinator's internal failure."""
@@ -470,55 +444,6 @@ class RunContext:
                 raise internal
             finally:
                 del internal
-
-    async def _take_pending_cancellation(self) -> None:
-        """Yield once: a cancellation pending for the caller is delivered, and recorded."""
-        try:
-            await asyncio.sleep(0)
-        except _CancelledError as exc:
-            self._caller_cancelled(exc)
-
-    def _phase_over(self, stage: Stage) -> None:
-        """The phase's coordinator has finished: the run is at ``stage``; wake the caller."""
-        self._stage = stage
-        done = self._phase_done
-        if done is not None and not done.done():
-            done.set_result(None)
-
-    def _never_ran(self, until: Stage) -> None:
-        """The phase's task was cancelled before its first step, by someone else (we never
-        do; a loop being torn down cancels every task): nothing of the phase ran."""
-        if until is _DONE and self._stage >= _CLOSING:
-            self._internal = RuntimeError(
-                "sdax_hamilton internal error: the shutdown task was cancelled before it began"
-            )
-        else:
-            self._failures().caller_cancelled(_CancelledError(), False)
-        self._phase_over(until)
-
-    # ----------------------------------------------------------------- cancellation
-
-    def _caller_cancelled(self, exc: BaseException) -> None:
-        """The caller's task was cancelled while waiting for a phase."""
-        shutdown = self._stage >= _CLOSING
-        self._failures().caller_cancelled(exc, shutdown)
-        if not shutdown:  # cleanup is never abandoned
-            self._request_abort()
-
-    def _request_abort(self) -> None:
-        """Abort the forward phase, once: pass one cancellation on to the forward task."""
-        stage = self._stage
-        if stage is not _STARTING and stage is not _FORWARD:
-            return  # aborted already, or the forward phase is over
-        self._stage = _ABORTING
-        task = self._phase_task
-        if stage is _STARTING or task is None or task.done():
-            return  # not begun: the coordinator sees the request and starts nothing
-        calls = self._calls
-        attempt = calls.timers.inline if calls is not None and calls.timers is not None else None
-        if attempt is not None and attempt.timed_out:
-            return  # already cancelled once, by its timeout: aborted once it has drained
-        task.cancel()  # lands on the coordinator's wait or in the attempt awaited inline
 
 
 class HeldRun:

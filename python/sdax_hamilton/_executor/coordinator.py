@@ -88,6 +88,7 @@ class PhaseOwner(Protocol):
     _internal: BaseException | None
     _record: FailureRecord | None
     _phase_done: asyncio.Future[None] | None
+    _phase_task: asyncio.Task[None] | None
 
     def _parts(self) -> Calls: ...
     def _report(self) -> Reporter: ...
@@ -163,7 +164,9 @@ def _phase_task_ends(ctx: PhaseOwner, carrying: bool) -> None:
     task, and the run holds the failure record its parts made meanwhile, if any."""
     calls = ctx._calls
     if calls is not None:
-        calls.stop_inline()
+        timers = calls.timers
+        if timers is not None:  # ``Calls.stop_inline``
+            timers.stop_inline()
         if ctx._record is None:
             ctx._record = calls.record
         # The run outlives its phase's task wherever a failure's traceback keeps its
@@ -283,7 +286,7 @@ def _begin_forward(ctx: PhaseOwner, carrying: Any, task: asyncio.Task[Any]) -> b
         calls.task = task
         calls.execute(commands)
         return True
-    return ctx._calls is not None or bool(run.pending)
+    return ctx._calls is not None or run.pending > 0
 
 
 async def _drive(ctx: PhaseOwner, task: asyncio.Task[Any]) -> None:
@@ -411,7 +414,7 @@ def _stop_everything(ctx: PhaseOwner, calls: Calls) -> list[Job]:
     live = list(table.all_live())
     for attempt in live:
         unlaunched = attempt.task is None and attempt.state == _CALLED
-        calls.cancel_attempt(attempt)
+        calls.cancels().attempt(attempt)
         if unlaunched and type(attempt.aw) is _CoroutineType:
             attempt.aw.close()  # never awaited: its body never ran
             table.end(attempt)

@@ -29,31 +29,20 @@ from typing import Any, Final, Protocol
 
 from .. import _core
 from .._resilience import Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen
-from .attempts import Attempt, AttemptState, AttemptTable, EventKind
+from .attempts import Attempt, AttemptState, EventKind
+from .calls_seen import CallsSeen
 from .fallbacks import FallbackOutcomes, Fallbacks
-from .jobs import Job, JobTable
+from .jobs import Job
 from .permits import _lock, _wakers, give_back, wake
-from .reporter import Reporter
 from .runtime import NodeRuntime
 
 
-class RunCalls(Protocol):
+class RunCalls(CallsSeen, Protocol):
     """What the guards use of the run's ``calls.Calls``, which holds them (a protocol:
     neither module imports the other's, the package's imports have no cycle)."""
 
     @property
-    def table(self) -> AttemptTable: ...
-    @property
     def kwargs(self) -> list[dict[str, Any] | None]: ...
-    @property
-    def run(self) -> _core.Run: ...
-    @property
-    def jobs(self) -> JobTable: ...
-    @property
-    def clipped(self) -> list[int] | None: ...
-    @property
-    def watching(self) -> bool: ...
-    def report(self) -> Reporter: ...
     def was_clipped(self, job: Job, attempt_number: int) -> bool: ...
     def execute(self, commands: Sequence[_core.Command]) -> None: ...
     def call(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None: ...

@@ -20,30 +20,19 @@ import weakref
 from typing import Any, Final, Protocol, cast
 
 from .. import _core
-from .attempts import Attempt, AttemptTable
+from .attempts import Attempt
+from .calls_seen import CallsSeen
 from .guards import Guards
-from .jobs import Job, JobTable
+from .jobs import Job
 from .permits import give_back
-from .reporter import Reporter
 from .runtime import TIMEOUT_MESSAGE
 from .verdicts import is_retryable
 
 
-class RunCalls(Protocol):
+class RunCalls(CallsSeen, Protocol):
     """What hedged rounds use of the run's ``calls.Calls``, which holds them (a protocol:
     ``calls`` imports this module, which imports nothing that imports it)."""
 
-    @property
-    def table(self) -> AttemptTable: ...
-    @property
-    def run(self) -> _core.Run: ...
-    @property
-    def jobs(self) -> JobTable: ...
-    @property
-    def clipped(self) -> list[int] | None: ...
-    @property
-    def watching(self) -> bool: ...
-    def report(self) -> Reporter: ...
     def guards(self) -> Guards: ...
 
 

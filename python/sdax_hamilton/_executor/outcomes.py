@@ -47,6 +47,7 @@ class Outcomes:
         "_calls",
         "_execute",
         "_failures",
+        "_kwargs",
         "_loop",
         "_reporter",
         "_run",
@@ -71,6 +72,7 @@ class Outcomes:
         self._cache = calls.cache  # the run's lookups and stores (``cache.py``), if any
         self._execute = calls.execute
         self._table = calls.table
+        self._kwargs = calls.kwargs  # grown in place with the run's jobs (``Calls._grow``)
         self._run = run
         self._loop = loop
         self._values = values
@@ -161,7 +163,7 @@ class Outcomes:
             if cache is not None and cache.store(attempt, value):
                 return  # done when the store is over (``_STORED``)
             # ``_succeeded``, inlined: every node the driver calls passes here.
-            self._calls.kwargs[job_id] = None
+            self._kwargs[job_id] = None
             if self._watch:
                 self._report().attempt_succeeded(job_id, attempt.number + 1)
             self._execute(self._run.succeeded(job_id))

@@ -5,7 +5,7 @@ loop keeps a clock of its own that runs beside the monotonic one (uvloop), by th
 clock too; one that fires early is re-armed for the rest (docs/internals.md, "Timers are
 checked when they fire"). Every inline attempt (awaited in the phase's task itself) is
 served by one timer per run. What a timeout does when its time is up (cancel, report) is
-the caller's (``Calls.time_out``), handed in as ``time_out``.
+the caller's (``Calls._time_out``, ``Cancels.time_out``), handed in as ``time_out``.
 """
 
 from __future__ import annotations
