@@ -14,18 +14,13 @@ from typing import Any, Final, Protocol
 from .. import _core
 from .._failures import add_note_once
 from .._types import checker, invalid_output
-from .attempts import Attempt, AttemptState, AttemptTable, EventKind
-from .reporter import Reporter
+from .attempts import Attempt, AttemptState, EventKind
+from .calls_seen import CallsSeen
 
 
-class FallbackCalls(Protocol):
+class FallbackCalls(CallsSeen, Protocol):
     """What a fallback uses of the run's ``calls.Calls`` (a protocol, as ``guards.RunCalls``)."""
 
-    @property
-    def table(self) -> AttemptTable: ...
-    @property
-    def run(self) -> _core.Run: ...
-    def report(self) -> Reporter: ...
     def execute(self, commands: Sequence[_core.Command]) -> None: ...
 
 
