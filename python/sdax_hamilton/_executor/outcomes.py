@@ -20,6 +20,7 @@ from .attempts import Attempt, AttemptState, Event, EventKind
 from .cache import MISSED, CacheRun
 from .calls import Calls
 from .failures import Failures
+from .guards import Guards
 from .reporter import Reporter
 
 _CoroutineType: Final = types.CoroutineType
@@ -47,6 +48,7 @@ class Outcomes:
         "_calls",
         "_execute",
         "_failures",
+        "_guards",
         "_kwargs",
         "_loop",
         "_reporter",
@@ -81,6 +83,7 @@ class Outcomes:
         self._watch = watch
         self._reporter = reporter
         self._failures: Failures | None = None
+        self._guards: Guards | None = None  # the run's ``Calls.guards()``, once an attempt ends
 
     def _report(self) -> Reporter:
         reporter = self._reporter
@@ -189,7 +192,10 @@ class Outcomes:
         its success to the breaker (``guards.py``)."""
         self._table.end(attempt)
         if attempt.job.guarded:
-            self._calls.guards().ended(attempt, attempt.state < _CANCELLED or None)
+            guards = self._guards
+            if guards is None:
+                guards = self._guards = self._calls.guards()
+            guards.ended(attempt, attempt.state < _CANCELLED or None)
 
     def _looked_up(self, cache: CacheRun, attempt: Attempt, value: Any) -> bool:
         """If ``attempt`` was a lookup (``cache.py``), carry out how it ended: a miss
