@@ -4,6 +4,8 @@
 $ python bench/cache.py            # about 4 min
 $ python bench/cache.py --quick    # about 2 min
 $ python bench/cache.py --lag      # only the loop lag, about 3 min
+$ git show main:python/sdax_hamilton/_hamilton/cache_io.py > other_cache_io.py
+$ python bench/cache.py --lag --against other_cache_io.py   # and another revision's
 ```
 
 One module file (Hamilton versions a node by its source) with a sync node returning a list
@@ -18,15 +20,19 @@ of 1,000 ints, cached in one directory shared by both drivers:
   ``set``; each metadata call is a SQLite commit), timed directly.
 * **single flight**: 100 concurrent runs missing one key; how many calls the node got.
 * **loop lag**: the longest a 1 ms ticker on the loop overslept while a 50 MB value is
-  stored, then loaded, for four kinds of value (``bytes``, a float64 array, a data frame of
-  8 float64 columns, a list of 600,000 ``(int, str)`` tuples). Side by side: *before*, the
-  calls the cache's threads made until the values were written in pieces (Hamilton's
-  ``fingerprinting.hash_value`` and its ``FileResultStore.set`` / ``get``), *after*, the
+  stored, then loaded, for five kinds of value (``bytes``, a float64 array, a data frame of
+  8 float64 columns, a list of 600,000 ``(int, str)`` tuples, an ASCII ``str``). Side by
+  side: *before*, the calls the cache's threads made until the values were written in
+  pieces (Hamilton's ``fingerprinting.hash_value`` and its ``FileResultStore.set`` /
+  ``get``), *after*, the
   cache's own calls in the same threads (``Cache.write`` / ``Cache.read``: the same data
   version and file, in pieces, ``python/sdax_hamilton/_hamilton/cache_io.py``), and a
   whole run of ours (a miss that stores, a hit that loads); the idle loop's oversleep and
-  Hamilton's sync driver called on the loop for comparison. A value is dropped after the
-  ticker stopped (freeing 50 MB is its owner's cost, not the store's).
+  Hamilton's sync driver called on the loop for comparison. With ``--against FILE`` (the
+  ``cache_io.py`` of another revision), the cache's calls are also timed with that file's
+  ``data_version`` / ``write_result`` / ``read_result`` in their place, in the same run. A
+  value is dropped after the ticker stopped (freeing 50 MB is its owner's cost, not the
+  store's).
 
 Standard library plus the package and Hamilton (with its numpy and pandas); figures go to
 stdout as markdown.
@@ -134,7 +140,7 @@ async def lag_during(work: Callable[[], Awaitable[Any]], kept: list[Any] | None 
     return worst * 1e3
 
 
-async def main(quick: bool, lag_only: bool) -> None:
+async def main(quick: bool, lag_only: bool, against: str | None) -> None:
     from hamilton import driver as hamilton_driver
 
     reps = 200 if quick else 1000
@@ -148,7 +154,8 @@ async def main(quick: bool, lag_only: bool) -> None:
         hamilton = await hits(module, directory, reps)
         await misses(module, directory, reps // 4)
         await single_flight(module, directory)
-    await loop_lag(module, directory, hamilton, 1 if quick else 3)
+    other = None if against is None else load_other(against)
+    await loop_lag(module, directory, hamilton, 1 if quick else 3, other)
     print(
         f"\n(cpu count {os.cpu_count()}, Python {sys.version.split()[0]}, {reps} hit reps, "
         f"load average {load_average:.1f} at the start, {os.getloadavg()[0]:.1f} at the end)"
@@ -246,6 +253,7 @@ def kinds() -> dict[str, Callable[[], Any]]:
             {f"c{i}": numpy.random.default_rng(i).random(rows) for i in range(8)}
         ),
         "list of 600,000 (int, str) tuples": lambda: [(i, str(i)) for i in range(600_000)],
+        "str (ASCII)": lambda: "abcdefghij" * (SIZE // 10),
     }
 
 
@@ -256,8 +264,40 @@ def ms(lags: list[float]) -> str:
     return f"{statistics.median(lags):.1f} ({max(lags):.1f})"
 
 
+def load_other(path: str) -> Any:
+    """Another revision's ``cache_io.py``, as a module."""
+    spec = importlib.util.spec_from_file_location("sdax_bench_other_cache_io", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def swapped(other: Any | None) -> Callable[[Callable[[], Any]], Callable[[], Any]]:
+    """Runs a call with ``other``'s data version, writer and reader in the cache's place."""
+    from sdax_hamilton._hamilton import caching
+
+    def wrap(work: Callable[[], Any]) -> Callable[[], Any]:
+        def run() -> Any:
+            if other is None:
+                return work()
+            names = ("data_version", "write_result", "read_result")
+            saved = {name: getattr(caching, name) for name in names}
+            for name in names:
+                setattr(caching, name, getattr(other, name))
+            try:
+                return work()
+            finally:
+                for name, function in saved.items():
+                    setattr(caching, name, function)
+
+        return run
+
+    return wrap
+
+
 async def kind_lags(
-    value: Any, kind: str, cache: Any, plan: Any, reps: int, salt: int
+    value: Any, kind: str, cache: Any, plan: Any, reps: int, salt: int, other: Any | None
 ) -> dict[str, list[float]]:
     """Loop lags while ``value`` is stored and loaded, before / after / in a run."""
     from hamilton.caching import fingerprinting
@@ -288,14 +328,20 @@ async def kind_lags(
     kept: list[Any] = []
     lags: dict[str, list[float]] = {}
     after_store()  # the key's metadata, for the reads of Hamilton's file below
+    steps: list[tuple[str, Callable[[], Any]]] = [
+        ("before: store", before_store),
+        ("before: load", before_load),
+        ("after: load, Hamilton file", after_load),
+        ("after: store", after_store),
+        ("after: load", after_load),
+    ]
+    if other is not None:
+        steps += [
+            ("other: store", swapped(other)(after_store)),
+            ("other: load", swapped(other)(after_load)),
+        ]
     for rep in range(reps):
-        for name, work in (
-            ("before: store", before_store),
-            ("before: load", before_load),
-            ("after: load, Hamilton file", after_load),
-            ("after: store", after_store),
-            ("after: load", after_load),
-        ):
+        for name, work in steps:
             if name.endswith("store"):
                 results.delete(version)  # so that the value is written
             lags.setdefault(name, []).append(
@@ -312,7 +358,9 @@ async def kind_lags(
     return lags
 
 
-async def loop_lag(module: Any, directory: str, hamilton: Any, reps: int) -> None:
+async def loop_lag(
+    module: Any, directory: str, hamilton: Any, reps: int, other: Any | None
+) -> None:
     driver = Driver(module, cache=directory)
     cache = driver._cache
     assert cache is not None
@@ -359,20 +407,45 @@ async def loop_lag(module: Any, directory: str, hamilton: Any, reps: int) -> Non
         f"0.5 s (the lock taken back every {sys.getswitchinterval() * 1e3:.0f} ms, the "
         f"interpreter's switch interval) {ms(floors['python'])}.\n"
     )
-    print("| value | store: before | store: after | run, miss (stores) | load: before "
-          "| load: after | load: after, Hamilton's file | run, hit (loads) |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    columns = [
+        ("store: before", "before: store"),
+        ("store: other", "other: store"),
+        ("store: after", "after: store"),
+        ("run, miss (stores)", "run, miss"),
+        ("load: before", "before: load"),
+        ("load: other", "other: load"),
+        ("load: after", "after: load"),
+        ("load: after, Hamilton's file", "after: load, Hamilton file"),
+        ("run, hit (loads)", "run, hit"),
+    ]
+    if other is None:
+        columns = [column for column in columns if not column[1].startswith("other")]
+    print("| value | " + " | ".join(title for title, _ in columns) + " |")
+    print("|---|" + "---:|" * len(columns))
     for kind, make in kinds().items():
         module.BLOBS[kind] = make()
-        lags = await kind_lags(module.BLOBS[kind], kind, cache, plan, reps, next(salts))
-        print(
-            f"| {kind} | {ms(lags['before: store'])} | {ms(lags['after: store'])} "
-            f"| {ms(lags['run, miss'])} | {ms(lags['before: load'])} "
-            f"| {ms(lags['after: load'])} | {ms(lags['after: load, Hamilton file'])} "
-            f"| {ms(lags['run, hit'])} |"
-        )
+        lags = await kind_lags(module.BLOBS[kind], kind, cache, plan, reps, next(salts), other)
+        print(f"| {kind} | " + " | ".join(ms(lags[name]) for _, name in columns) + " |")
         del module.BLOBS[kind]
         gc.collect()
+
+    from sdax_hamilton._hamilton.cache_io import TEXT_PIECE
+
+    text = kinds()["str (ASCII)"]()
+    pieces = [text[start : start + TEXT_PIECE] for start in range(0, len(text), TEXT_PIECE)]
+    del text
+    kept: list[Any] = []
+    joins = []
+    for _ in range(reps):
+        joins.append(
+            await lag_during(lambda: loop.run_in_executor(executor(), "".join, pieces), kept)
+        )
+        kept.clear()
+    print(
+        f"\nThe one call left in loading the str: joining its {len(pieces)} pieces, alone in a "
+        f"cache thread: {ms(joins)} ms"
+    )
+    pieces.clear()
 
     module.BLOBS["bytes"] = os.urandom(SIZE)
 
@@ -389,5 +462,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--lag", action="store_true", help="only the loop-lag figures")
+    parser.add_argument(
+        "--against", metavar="FILE", help="also time another revision's cache_io.py in the cache"
+    )
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.quick, arguments.lag))
+    asyncio.run(main(arguments.quick, arguments.lag, arguments.against))

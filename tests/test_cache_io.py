@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import threading
+import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,7 @@ from test_cache import _unload, file_module  # noqa: F401  (_unload: the fixture
 
 from sdax_hamilton import Driver
 from sdax_hamilton._hamilton import cache_io
-from sdax_hamilton._hamilton.cache_io import CHUNK, data_version
+from sdax_hamilton._hamilton.cache_io import BATCH, CHUNK, TEXT_PIECE, data_version
 
 BIG = 3 * CHUNK + 12_345  # several pieces, and a last one cut short
 
@@ -53,6 +56,14 @@ VALUES: dict[str, Any] = {
     "empty frame": pd.DataFrame(),
     "series": pd.Series(np.arange(1000)),
     "list of tuples": [(i, str(i)) for i in range(1000)],
+    "long list of tuples": [(i, str(i), i * 0.5, None, True) for i in range(3 * BATCH + 7)],
+    "ASCII str": "abcdefghij" * (BIG // 10),
+    "non-ASCII str": "aé€😀" * (TEXT_PIECE + 3),  # 1, 2, 3 and 4 bytes of UTF-8
+    "str of one piece": "é" * TEXT_PIECE,
+    "empty str": "",
+    "list of large str and bytes": ["x" * (TEXT_PIECE + 1), b"y" * BIG, "z"],
+    "nested sequences": [(1, [2.5, ("é", b"b")]), [], (), [None, {"k": [1, 2]}]],
+    "tuple": (1, "a" * (TEXT_PIECE * 2), 2.5, False),
     "dict": {"a": 1, "b": [1, 2]},
     "none": None,
 }
@@ -64,6 +75,14 @@ def test_data_versions_are_hamiltons(name: str) -> None:
     assert data_version(value) == fingerprinting.hash_value(value)
 
 
+def test_a_str_hamilton_cannot_encode_fails_as_in_hamilton() -> None:
+    text = "a" * TEXT_PIECE + "\ud800"  # a lone surrogate, in the second piece
+    with pytest.raises(UnicodeEncodeError):
+        fingerprinting.hash_value(text)
+    with pytest.raises(UnicodeEncodeError):
+        data_version(text)
+
+
 def test_a_changed_large_value_has_another_data_version() -> None:
     array = np.arange(BIG // 8, dtype=np.float64)
     before = data_version(array)
@@ -73,6 +92,145 @@ def test_a_changed_large_value_has_another_data_version() -> None:
     before = data_version(frame)
     frame.iloc[-1, 0] = -1
     assert data_version(frame) != before
+    text = "a" * BIG
+    assert data_version(text[:-1] + "b") != data_version(text)
+    rows = [(i, str(i)) for i in range(3 * BATCH)]
+    before = data_version(rows)
+    rows[-1] = (0, "0")
+    assert data_version(rows) != before
+
+
+def _recursive() -> list[Any]:
+    value: list[Any] = [(i, str(i)) for i in range(2 * BATCH)]
+    value.append(value)
+    value.append({"again": value})
+    return value
+
+
+ROUND_TRIPS: dict[str, Any] = {
+    "ASCII str": VALUES["ASCII str"],
+    "non-ASCII str": VALUES["non-ASCII str"],
+    "str with lone surrogates": "\udc80a" * TEXT_PIECE,  # pickle writes them; md5 cannot
+    "long list of small items": VALUES["long list of tuples"],
+    "long list, repeated items": [("same", 1)] * (2 * BATCH) + ["a"] * BATCH,
+    "long list of lists": [[i] for i in range(2 * BATCH)],
+    "long list of large str": ["x" * (TEXT_PIECE + 1)] * 3 + [str(i) for i in range(BATCH)],
+    "long list of mixed items": [1, "a", b"b", None, 2.5, (1, "x" * 100), {"k": 1}] * BATCH,
+    "tuple": VALUES["tuple"],
+}
+
+
+@pytest.mark.parametrize("name", list(ROUND_TRIPS))
+def test_large_str_and_list_values_round_trip_as_hamilton_reads_them(
+    tmp_path: Path, name: str
+) -> None:
+    from hamilton.caching.stores.file import FileResultStore
+
+    value = ROUND_TRIPS[name]
+    store = FileResultStore(tmp_path)
+    version = f"v-{name}".replace(" ", "-").replace(",", "")
+    path = Path(store._path_from_data_version(version))
+    cache_io.write_result(path, value)
+    assert b"sdax" not in path.read_bytes()  # only builtins: read where this package is not
+    ours, theirs, hamiltons = (
+        cache_io.read_result(path),
+        pickle.loads(path.read_bytes()),  # what Hamilton's FileResultStore.get does
+        store.get(version),
+    )
+    for loaded in (ours, theirs, hamiltons):
+        assert type(loaded) is type(value)
+        assert loaded == value
+
+
+def test_a_long_list_keeps_what_its_items_share(tmp_path: Path) -> None:
+    path = tmp_path / "result"
+    shared = ("same", 1)
+    cache_io.write_result(path, [shared] * (2 * BATCH) + [["x"]] * 2)
+    for loaded in (cache_io.read_result(path), pickle.loads(path.read_bytes())):
+        assert all(item is loaded[0] for item in loaded[: 2 * BATCH])
+        assert loaded[-1] is loaded[-2]
+    cache_io.write_result(path, _recursive())
+    for loaded in (cache_io.read_result(path), pickle.loads(path.read_bytes())):
+        assert loaded[-2] is loaded and loaded[-1]["again"] is loaded
+        assert loaded[: 2 * BATCH] == [(i, str(i)) for i in range(2 * BATCH)]
+
+
+@pytest.mark.parametrize("name", ["ASCII str", "non-ASCII str", "long list of tuples"])
+def test_hamiltons_files_of_str_and_list_values_are_read_here(tmp_path: Path, name: str) -> None:
+    from hamilton.caching.stores.file import FileResultStore
+
+    value = VALUES[name]
+    store = FileResultStore(tmp_path)
+    store.set(data_version="v", result=value)  # Hamilton's own file (pickle.dumps)
+    loaded = cache_io.read_result(Path(store._path_from_data_version("v")))
+    assert type(loaded) is type(value) and loaded == value
+
+
+class _Offers:
+    """Counts the cache's offers of the interpreter lock (``time.sleep(0)`` in
+    ``cache_io``), with ``PACE`` at 0: one offer at every step of its Python loops."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        monkeypatch.setattr(cache_io, "PACE", 0.0)
+        clock = types.SimpleNamespace(perf_counter=time.perf_counter, sleep=self._sleep)
+        monkeypatch.setattr(cache_io, "time", clock)
+
+    def _sleep(self, seconds: float) -> None:
+        assert seconds == 0
+        self.count += 1
+
+
+def test_a_large_str_is_pickled_a_piece_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offers = _Offers(monkeypatch)
+    text = VALUES["non-ASCII str"]
+    pieces = -(-len(text) // TEXT_PIECE)
+    with open(tmp_path / "result", "wb", buffering=0) as raw:
+        pickler = cache_io._Pickler(cache_io._Writer(raw))
+        pickler.dump(text)
+    assert pickler.pieces == pieces
+    assert offers.count >= pieces  # Python ran between pieces, and offered the lock
+    # each piece is an item of its own in the file, encoded alone
+    with open(tmp_path / "result", "rb") as file:
+        reader = cache_io._Reader(file)
+        assert pickle.load(reader) == text
+    assert reader.calls >= pieces
+
+
+def test_a_long_list_is_pickled_a_batch_at_a_time_without_a_table_of_its_small_items(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offers = _Offers(monkeypatch)
+    rows = [(i, str(i)) for i in range(20 * BATCH)]
+    with open(tmp_path / "result", "wb", buffering=0) as raw:
+        pickler = cache_io._Pickler(cache_io._Writer(raw))
+        pickler.dump(rows)
+        assert len(pickler.memo.copy()) < 10  # not 40,000 entries: its items are not in it
+    assert pickler.pieces == 20
+    assert offers.count >= 20
+    offers.count = 0
+    with open(tmp_path / "result", "rb") as file:
+        reader = cache_io._Reader(file)
+        assert pickle.load(reader) == rows
+    frames = (tmp_path / "result").stat().st_size // (64 * 1024)
+    assert frames >= 2
+    assert reader.calls >= frames and offers.count >= frames  # Python at every frame
+
+
+def test_data_versions_of_str_lists_and_frames_offer_the_lock_between_pieces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    offers = _Offers(monkeypatch)
+    for value, pieces in (
+        (VALUES["ASCII str"], len(VALUES["ASCII str"]) // TEXT_PIECE),
+        (VALUES["long list of tuples"], len(VALUES["long list of tuples"])),
+        (VALUES["frame"], len(VALUES["frame"])),
+    ):
+        offers.count = 0
+        assert data_version(value) == fingerprinting.hash_value(value)
+        assert offers.count >= pieces
 
 
 LARGE = """
@@ -96,25 +254,31 @@ def frame(array: np.ndarray) -> pd.DataFrame:
 def rows(n: int) -> list:
     CALLS.append("rows")
     return [(i, str(i)) for i in range(n // 1000)]
+
+def text(n: int) -> str:
+    CALLS.append("text")
+    return "aé€😀" * (n // 4)
 """
 
-FINAL = ["blob", "frame", "rows"]
+FINAL = ["blob", "frame", "rows", "text"]
+ALL = ["array", "blob", "frame", "rows", "text"]
 
 
 def same(first: dict[str, Any], second: dict[str, Any]) -> None:
     assert first["blob"] == second["blob"]
     pd.testing.assert_frame_equal(first["frame"], second["frame"])
     assert first["rows"] == second["rows"]
+    assert first["text"] == second["text"]
 
 
 async def test_large_values_written_here_are_hits_for_hamiltons_driver(tmp_path: Path) -> None:
     module = file_module(tmp_path, LARGE)
     directory = str(tmp_path / "shared")
     ours = await Driver(module, cache=directory).prepare(FINAL).execute(inputs={"n": BIG})
-    assert sorted(module.CALLS) == ["array", "blob", "frame", "rows"]
+    assert sorted(module.CALLS) == ALL
     hamilton = driver.Builder().with_modules(module).with_cache(directory).build()
     theirs = hamilton.execute(FINAL, inputs={"n": BIG})
-    assert sorted(module.CALLS) == ["array", "blob", "frame", "rows"]  # Hamilton: all hits
+    assert sorted(module.CALLS) == ALL  # Hamilton: all hits
     same(ours, theirs)
     # Hamilton's own store reads each file written here.
     adapter = hamilton.cache
@@ -130,12 +294,12 @@ async def test_large_values_written_by_hamiltons_driver_are_hits_here(tmp_path: 
     directory = str(tmp_path / "shared")
     hamilton = driver.Builder().with_modules(module).with_cache(directory).build()
     theirs = hamilton.execute(FINAL, inputs={"n": BIG})
-    assert sorted(module.CALLS) == ["array", "blob", "frame", "rows"]
+    assert sorted(module.CALLS) == ALL
     seen: list[Any] = []
     plan = Driver(module, cache=directory).prepare(FINAL)
     ours = await plan.execute(inputs={"n": BIG}, observer=seen.append)
-    assert sorted(module.CALLS) == ["array", "blob", "frame", "rows"]  # ours: all hits
-    assert {e.node for e in seen if e.kind == "cache_hit"} == {"array", "blob", "frame", "rows"}
+    assert sorted(module.CALLS) == ALL  # ours: all hits
+    assert {e.node for e in seen if e.kind == "cache_hit"} == set(ALL)
     same(ours, theirs)
 
 

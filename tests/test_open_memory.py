@@ -20,6 +20,7 @@ from sdax_hamilton import Driver
 
 TRIPLES = 50
 CONTEXTS = 100
+TRIALS = 3
 TRACED_LIMIT = 32 * 1024
 """Bytes of Python heap per open context allowed (measured: about 23 KB). A run that kept
 each finished node's arguments (one dict per node) would hold about 50 KB."""
@@ -65,6 +66,24 @@ async def test_an_open_context_holds_less_than_its_share_of_the_target(make_modu
     inputs = {"dsn": "db"}
     async with plan.open(inputs=dict(inputs)):  # first-use caches are not the contexts'
         pass
+    # tracemalloc counts every thread's allocations; a thread an earlier test left running
+    # (a tracker's upload, an executor's worker) can add to one measurement, never take from
+    # it: the least of a few measurements is the contexts' own.
+    measured = [await _measure(plan, module, inputs) for _ in range(TRIALS)]
+    held = min(h for h, _ in measured)
+    left = min(lft for _, lft in measured)
+    assert held <= TRACED_LIMIT, (
+        f"an open context holds {held / 1024:.1f} KB of Python heap (limit "
+        f"{TRACED_LIMIT / 1024:.0f} KB): python bench/open_memory.py shows where it goes"
+    )
+    # Once every context has exited, what they held is gone (a few KB of allocator and
+    # interpreter caches may stay, not a share of each context).
+    assert left <= 16 * 1024, f"{left} bytes still held after every context exited"
+
+
+async def _measure(plan: Any, module: Any, inputs: dict[str, str]) -> tuple[float, int]:
+    """Python heap per open context while ``CONTEXTS`` are open, and what stays once they
+    have all exited; every resource is held until its context exits, then released."""
     module.RELEASED[0] = 0
     gc.collect()
     tracemalloc.start()
@@ -82,10 +101,4 @@ async def test_an_open_context_holds_less_than_its_share_of_the_target(make_modu
     finally:
         tracemalloc.stop()
     assert module.RELEASED == [2 * TRIPLES * CONTEXTS]
-    assert held <= TRACED_LIMIT, (
-        f"an open context holds {held / 1024:.1f} KB of Python heap (limit "
-        f"{TRACED_LIMIT / 1024:.0f} KB): python bench/open_memory.py shows where it goes"
-    )
-    # Once every context has exited, what they held is gone (a few KB of allocator and
-    # interpreter caches may stay, not a share of each context).
-    assert left <= 16 * 1024, f"{left} bytes still held after every context exited"
+    return held, left
