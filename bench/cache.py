@@ -434,16 +434,22 @@ async def loop_lag(
     text = kinds()["str (ASCII)"]()
     pieces = [text[start : start + TEXT_PIECE] for start in range(0, len(text), TEXT_PIECE)]
     del text
+    from sdax_hamilton import _core
+
     kept: list[Any] = []
-    joins = []
+    joins: dict[str, list[float]] = {"str.join": [], "_core.join_ascii": []}
     for _ in range(reps):
-        joins.append(
-            await lag_during(lambda: loop.run_in_executor(executor(), "".join, pieces), kept)
-        )
-        kept.clear()
+        for name, join in (("str.join", "".join), ("_core.join_ascii", _core.join_ascii)):
+            joins[name].append(
+                await lag_during(
+                    lambda join=join: loop.run_in_executor(executor(), join, pieces), kept
+                )
+            )
+            kept.clear()
     print(
-        f"\nThe one call left in loading the str: joining its {len(pieces)} pieces, alone in a "
-        f"cache thread: {ms(joins)} ms"
+        f"\nJoining the str's {len(pieces)} pieces, alone in a cache thread: str.join "
+        f"{ms(joins['str.join'])} ms (the lock held), _core.join_ascii "
+        f"{ms(joins['_core.join_ascii'])} ms (the copy without the lock)"
     )
     pieces.clear()
 

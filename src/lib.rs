@@ -8,7 +8,7 @@
 //! run's inputs (`inputs.rs`), and the catcher of a 3.11 phase task's first step
 //! (`step.rs`); they decide nothing.
 
-#![deny(unsafe_code)] // two exceptions, explained where they are: carry::step, step::has_room
+#![deny(unsafe_code)] // exceptions, explained where they are: carry::step, step::has_room, text::join_ascii
 
 mod carry;
 mod check;
@@ -21,6 +21,7 @@ mod run;
 mod seq;
 mod shared;
 mod step;
+mod text;
 
 use pyo3::prelude::*;
 
@@ -82,5 +83,6 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_budget, m)?)?;
     m.add_function(wrap_pyfunction!(is_number, m)?)?;
     m.add_function(wrap_pyfunction!(step::has_room, m)?)?;
+    m.add_function(wrap_pyfunction!(text::join_ascii, m)?)?;
     Ok(())
 }

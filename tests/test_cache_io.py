@@ -166,6 +166,56 @@ def test_hamiltons_files_of_str_and_list_values_are_read_here(tmp_path: Path, na
     assert type(loaded) is type(value) and loaded == value
 
 
+def test_join_ascii_is_str_join_of_ascii_pieces() -> None:
+    from sdax_hamilton import _core
+
+    cases = [[], [""], ["a"], ["ab", "", "cd" * 1000], ["x" * TEXT_PIECE] * 5]
+    for pieces in cases:
+        joined = _core.join_ascii(pieces)
+        assert type(joined) is str and joined == "".join(pieces)
+        assert hash(joined) == hash("".join(pieces)) and joined.isascii()
+    for refused in (["a", "é"], ["a", b"b"], [1], ["a", None]):
+        with pytest.raises(ValueError, match="join_ascii takes"):
+            _core.join_ascii(refused)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["ASCII str", "non-ASCII str", "str of one piece"])
+def test_a_large_str_is_joined_without_the_lock_when_its_pieces_are_ascii(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    joined: list[int] = []
+
+    def join_ascii(pieces: list[str]) -> str:
+        joined.append(len(pieces))
+        return _core.join_ascii(pieces)
+
+    from sdax_hamilton import _core
+
+    monkeypatch.setattr(cache_io, "_core", types.SimpleNamespace(join_ascii=join_ascii))
+    value = VALUES[name]
+    path = tmp_path / "result"
+    cache_io.write_result(path, value)
+    loaded = cache_io.read_result(path)
+    assert type(loaded) is str and loaded == value
+    # Only ASCII pieces of a str written in pieces go through join_ascii; the rest, str.join.
+    pieces = -(-len(value) // TEXT_PIECE)
+    assert joined == ([pieces] if value.isascii() and len(value) > TEXT_PIECE else [])
+
+
+def test_str_join_and_getattr_inside_a_value_stay_themselves(tmp_path: Path) -> None:
+    # A large str is written as a call of the global ``str.join``, which _Unpickler reads as
+    # its lock-free join; the same objects inside a value are pickled as pickle does and read
+    # back as themselves, here and by Hamilton.
+    path = tmp_path / "result"
+    value = [str.upper, str.join, bytes.join, getattr, "x" * (TEXT_PIECE + 1)]
+    cache_io.write_result(path, value)
+    assert b"str.join" not in path.read_bytes()  # only the top-level str is written so
+    for loaded in (cache_io.read_result(path), pickle.loads(path.read_bytes())):
+        assert loaded == value and loaded[1] is str.join and loaded[3] is getattr
+    cache_io.write_result(path, "y" * (TEXT_PIECE + 1))
+    assert b"str.join" in path.read_bytes()
+
+
 class _Offers:
     """Counts the cache's offers of the interpreter lock (``time.sleep(0)`` in
     ``cache_io``), with ``PACE`` at 0: one offer at every step of its Python loops."""

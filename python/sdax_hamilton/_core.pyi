@@ -685,3 +685,7 @@ class HedgeRound:
     def completion(self) -> tuple[str, list[int]] | None:
         """``None`` while a call runs or drains; else ``("won", [winner])``, ``("failed",
         [calls noted beside call 0])`` or ``("aborted", [])``."""
+
+def join_ascii(pieces: list[str]) -> str:
+    """``"".join(pieces)`` of ASCII pieces, copied with the interpreter lock let go
+    (``ValueError`` for a piece that is not an ASCII ``str``)."""

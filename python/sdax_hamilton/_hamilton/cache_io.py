@@ -22,7 +22,9 @@ with the lock let go between pieces:
   the interpreter lets the loop have the lock there when it asks for it. A large ``str``
   value is written as ``str.join`` of its pieces, and a long ``list`` value as ``list()``
   plus its items, taken from Python code a batch at a time (``_Pickler``): what
-  ``pickle.loads`` makes of them is an equal ``str`` or ``list``.
+  ``pickle.loads`` makes of them is an equal ``str`` or ``list``. Read here
+  (``_Unpickler``), the pieces of an ASCII ``str`` are joined by ``_core.join_ascii``, which
+  copies them with the lock let go (``str.join`` holds it through 50 MB of fresh memory).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Final
+
+from .. import _core
 
 CHUNK: Final = 1 << 20
 """The most bytes hashed, written or read in one call while the interpreter lock is free."""
@@ -267,6 +271,27 @@ class _Reader:
         return done
 
 
+class _Unpickler(pickle.Unpickler):
+    """``pickle.Unpickler`` that joins the pieces of a large ``str`` written here (the global
+    ``builtins`` ``str.join``, see ``_Pickler``) without the interpreter lock when they are
+    ASCII; anything else it reads as ``pickle.load`` does."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins" and name == "str.join":
+            return _join
+        return super().find_class(module, name)
+
+
+def _join(separator: str, pieces: Any) -> str:
+    if (
+        separator == ""
+        and type(pieces) is list
+        and all(type(piece) is str and piece.isascii() for piece in pieces)
+    ):
+        return _core.join_ascii(pieces)
+    return str.join(separator, pieces)
+
+
 class _Items:
     """Stands for a ``list`` while it is pickled: written as ``list()`` plus its items."""
 
@@ -311,6 +336,7 @@ class _Pickler(pickle.Pickler):
     def __init__(self, file: Any) -> None:
         super().__init__(file, protocol=PROTOCOL)
         self.pieces = 0  # Python steps taken between pieces (the tests count them)
+        self._joining = False
         self._pace = _Pace()
 
     def reducer_override(self, obj: Any) -> Any:
@@ -318,7 +344,15 @@ class _Pickler(pickle.Pickler):
         if kind is _Items:
             return (list, (), None, obj.items)
         if kind is _Text:
+            self._joining = True
             return (str.join, ("", _Items(self._pieces(obj.text))))
+        if self._joining and obj is str.join:
+            # The call a large str is written as (saved right after the _Text): the global
+            # ``builtins`` ``str.join``, ``str.join`` to any reader (protocol >= 4 reads dotted
+            # names). A ``str.join`` inside a value is pickled as pickle does, by
+            # ``getattr(str, "join")``: only ``_Unpickler`` tells the two apart.
+            self._joining = False
+            return "str.join"
         return NotImplemented
 
     def _pieces(self, text: str) -> Iterator[str]:
@@ -403,7 +437,7 @@ def read_result(path: Path) -> Any:
     from hamilton.io.data_adapters import DataLoader  # type: ignore[import-untyped, unused-ignore]
 
     with open(path, "rb") as file:
-        loaded = pickle.load(_Reader(file))
+        loaded = _Unpickler(_Reader(file)).load()
     if isinstance(loaded, DataLoader):
         loaded, _metadata = loaded.load_data(None)
     return loaded
