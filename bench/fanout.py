@@ -15,7 +15,15 @@ Figures: CPU µs per item (``time.process_time``, every thread of the process: o
 machine it moves less with the other processes' load than the wall clock; median of
 repetitions) and the difference to the floor.
 
-    python bench/fanout.py [--items 1000] [--limit 50] [--reps 15]
+``--baseline DIR`` also runs ``ours`` from another checkout of this package (``DIR`` holds
+its ``sdax_hamilton`` package, built: its compiled ``_core`` beside it), in a process of
+its own with ``DIR`` first on ``sys.path``, with its own floor measured there; its rows are
+labelled ``--baseline-label`` (default ``baseline``). For instance, main's code:
+``git archive main python | tar -x -C /tmp/main-src`` and main's built ``_core`` copied
+into ``/tmp/main-src/python/sdax_hamilton/``, then ``--baseline /tmp/main-src/python
+--baseline-label main``.
+
+    python bench/fanout.py [--items 1000] [--limit 50] [--reps 15] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -23,7 +31,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -107,17 +118,31 @@ def _time(run: Callable[[], Any], reps: int) -> float:
     return statistics.median(samples)
 
 
+def _baseline(directory: str, n: int, limit: int, reps: int) -> dict[str, float]:
+    """The floor and ours, timed in a process running the package found in ``directory``."""
+    env = {**os.environ, "PYTHONPATH": directory}
+    command = [sys.executable, __file__, "--items", str(n), "--limit", str(limit)]
+    command += ["--reps", str(reps), "--ours-only"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
+    found: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=1000)
     parser.add_argument("--limit", type=int, default=50)
     parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--baseline", help="a directory holding another sdax_hamilton build")
+    parser.add_argument("--baseline-label", default="baseline")
+    parser.add_argument("--ours-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     n, limit, reps = args.items, args.limit, args.reps
 
     from hamilton import driver as hamilton_driver
     from hamilton.execution import executors
 
+    import sdax_hamilton
     from sdax_hamilton import Driver
 
     where = Path(tempfile.mkdtemp(prefix="sdax-fanout-bench-"))
@@ -142,26 +167,38 @@ def main() -> None:
         )
         return lambda: dr.execute(["total"], inputs={"n": n})
 
+    floor_name = "floor (Semaphore + gather)"
     runners: dict[str, Callable[[], Any]] = {
-        "floor (Semaphore + gather)": on_loop(lambda: floor(n, limit)),
+        floor_name: on_loop(lambda: floor(n, limit)),
         "ours (async nodes)": on_loop(lambda: ours.execute(inputs={"n": n})),
         "ours (sync nodes)": on_loop(lambda: ours_sync.execute(inputs={"n": n})),
-        f"Hamilton, {limit} threads": hamilton(executors.MultiThreadingExecutor(limit)),
-        "Hamilton, synchronous": hamilton(executors.SynchronousLocalTaskExecutor()),
     }
+    if not args.ours_only:
+        runners[f"Hamilton, {limit} threads"] = hamilton(executors.MultiThreadingExecutor(limit))
+        runners["Hamilton, synchronous"] = hamilton(executors.SynchronousLocalTaskExecutor())
     for name, run in runners.items():  # every runner's answer first
         got = run()
         got = got["total"] if isinstance(got, dict) else got
         assert list(got) == expected, name
-    timings = {name: _time(run, reps) for name, run in runners.items()}
-    base = timings["floor (Semaphore + gather)"]
-    print(f"{n} items, 2-node branch, max_concurrency={limit}, median of {reps}\n")
-    print("| runner | µs per item | above floor, µs per item |")
-    print("|---|---:|---:|")
-    for name, seconds in timings.items():
-        per = seconds / n * 1e6
-        print(f"| {name} | {per:.1f} | {per - base / n * 1e6:+.1f} |")
+    timings = {name: _time(run, reps) / n * 1e6 for name, run in runners.items()}
     loop.close()
+    if args.ours_only:
+        print(json.dumps(timings))
+        return
+    rows = [(name, per, per - timings[floor_name]) for name, per in timings.items()]
+    if args.baseline:
+        other = _baseline(args.baseline, n, limit, reps)
+        label = args.baseline_label
+        for name in ("ours (async nodes)", "ours (sync nodes)"):
+            per = other[name]
+            rows.append((f"{label}: {name}", per, per - other[floor_name]))
+        rows.append((f"{label}: its own floor", other[floor_name], 0.0))
+    print(f"{n} items, 2-node branch, max_concurrency={limit}, median of {reps}")
+    print(f"(sdax_hamilton from {Path(sdax_hamilton.__file__).parent})\n")
+    print("| runner | µs per item | above its floor, µs per item |")
+    print("|---|---:|---:|")
+    for name, per, above in rows:
+        print(f"| {name} | {per:.1f} | {above:+.1f} |")
 
 
 if __name__ == "__main__":

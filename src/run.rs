@@ -475,6 +475,14 @@ impl PyRun {
         self.carried(py)
     }
 
+    /// Fan-out: the driver's bookkeeping failed and the run is about to be abandoned: a
+    /// CLOSE for each source that may still be open, carried out before ``abandon`` and
+    /// not reported (the core's `Run::close_sources`).
+    fn close_sources<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        self.core.close_sources(&mut self.out).map_err(run_err)?;
+        self.commands(py)
+    }
+
     /// The driver's bookkeeping of the forward phase failed: take it as over and begin
     /// the shutdown phase (the core's `Run::abandon`).
     fn abandon<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {

@@ -374,6 +374,52 @@ async def test_concurrent_misses_compute_once(tmp_path: Path) -> None:
     assert sum(report.nodes["shared"].cached for report in reports) == 99
 
 
+async def test_a_run_whose_lookup_is_slow_is_not_raced_by_a_later_run(tmp_path: Path) -> None:
+    """The first run's lookup (a miss) is still reading when a second run looks the key up:
+    the second waits for the first's lookup and value, so the key is computed once. (Were
+    the second to read, miss, compute and store meanwhile, the first's miss, read before
+    that store, would compute it again.)"""
+    import threading
+
+    from hamilton.caching.adapter import HamiltonCacheAdapter
+    from hamilton.caching.stores.sqlite import SQLiteMetadataStore
+
+    reading, go_on = threading.Event(), threading.Event()
+
+    class FirstLookupWaits(SQLiteMetadataStore):  # type: ignore[misc]
+        waited = False
+
+        def get(self, cache_key: str) -> str | None:
+            found: str | None = super().get(cache_key=cache_key)
+            if not FirstLookupWaits.waited:
+                FirstLookupWaits.waited = True
+                reading.set()
+                go_on.wait(30)  # in the cache's thread
+            return found
+
+    module = file_module(tmp_path, SHARED)
+    module.GATE["event"] = asyncio.Event()
+    module.GATE["event"].set()
+    directory = tmp_path / "c"
+    directory.mkdir()
+    adapter = HamiltonCacheAdapter(
+        path=str(directory), metadata_store=FirstLookupWaits(path=str(directory))
+    )
+    plan = Driver(module, cache=adapter).prepare(["shared"])
+    loop = asyncio.get_running_loop()
+    first = asyncio.ensure_future(plan.execute(inputs={"x": 2}))
+    try:
+        assert await loop.run_in_executor(None, reading.wait, 30)
+        second = asyncio.ensure_future(plan.execute(inputs={"x": 2}))
+        # The second run waits for the first's lookup: it cannot end while that reads.
+        done, _ = await asyncio.wait([second], timeout=1.0)
+        assert not done
+    finally:
+        go_on.set()
+    assert await asyncio.gather(first, second) == [{"shared": 6}] * 2
+    assert module.CALLS == ["shared"]
+
+
 async def test_waiters_go_on_as_if_they_had_missed_when_the_leader_fails(tmp_path: Path) -> None:
     module = file_module(tmp_path, SHARED)
     module.GATE["event"] = asyncio.Event()

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hamilton import driver as hamilton_driver
 from hamilton.execution import executors
+from support import loops as loop_support
 
 from sdax_hamilton import Driver, RunEvent, RunReport, execution, failures
 from sdax_hamilton._failures import ExecutionError
@@ -956,3 +957,276 @@ async def test_hedging_applies_per_item(make_module: Any) -> None:
     assert result == {"answers": [0, 7, 14, 21]}
     assert [e.node for e in events if e.kind == "hedge_started"] == ["answer[1]"]
     assert mod.CALLS == {0: 1, 1: 2, 2: 1, 3: 1}
+
+
+SALVAGED = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import Acquisition, shutdown
+
+LOG = []
+
+
+class _Hostile(type):
+    # The item check of ``Parallelizable[Item]`` is the driver's own bookkeeping: what it
+    # raises is not a node's failure, and the run is salvaged (coordinator.salvage).
+    def __instancecheck__(cls, value):
+        if value == 3:
+            raise MemoryError("the item check ran out of memory")
+        return isinstance(value, int)
+
+
+class Item(metaclass=_Hostile):
+    pass
+
+
+def conn() -> str:
+    LOG.append("acquired conn")
+    return "conn"
+
+
+@shutdown(of=conn)
+def close_conn(acquired: Acquisition[str]) -> None:
+    LOG.append("released conn")
+
+
+{source}
+
+
+async def work(items: Item, conn: str) -> int:
+    await asyncio.sleep(0.01)
+    return items
+
+
+def total(work: Collect[int]) -> int:
+    return sum(work)
+"""
+
+SALVAGED_SYNC = """
+def items(conn: str) -> Parallelizable[Item]:
+    try:
+        yield from range(10)
+    finally:
+        LOG.append("source closed")
+"""
+
+SALVAGED_ASYNC = """
+async def items(conn: str) -> Parallelizable[Item]:
+    try:
+        for i in range(10):
+            yield i
+    finally:
+        await asyncio.sleep(0)
+        LOG.append("source closed")
+"""
+
+
+@pytest.mark.parametrize("source", [SALVAGED_SYNC, SALVAGED_ASYNC], ids=["sync", "async"])
+async def test_a_salvaged_run_closes_the_source_before_it_raises(
+    make_module: Any, source: str
+) -> None:
+    mod = make_module(SALVAGED.replace("{source}", source))
+    plan = Driver(mod).prepare(["total"])
+    with pytest.raises(ExecutionError) as raised:
+        await plan.execute()
+    (memory,) = raised.value.exceptions
+    assert isinstance(memory, MemoryError)
+    assert any("could not go on" in note for note in memory.__notes__), memory.__notes__
+    # The source was closed (its ``finally`` ran) and the outer resource released, before
+    # the run raised.
+    assert mod.LOG.count("source closed") == 1, mod.LOG
+    assert mod.LOG[0] == "acquired conn" and mod.LOG[-1] == "released conn", mod.LOG
+
+
+ONE_TASK = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+TASKS = {}
+
+@execution(max_concurrency=3)
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+async def first(items: int) -> int:
+    TASKS.setdefault(items, []).append(asyncio.current_task())
+    async with asyncio.timeout(5):  # entered in the node's first step
+        await asyncio.sleep(0)
+    return items
+
+async def second(first: int) -> int:
+    TASKS[first].append(asyncio.current_task())
+    try:
+        # Its first step, too, runs in the task that goes on with it: this timeout cancels
+        # that task, not the run's.
+        async with asyncio.timeout(0.01):
+            await asyncio.Event().wait()
+    except TimeoutError:
+        return first * 10
+    return -1
+
+def collected(second: Collect[int]) -> list[int]:
+    return list(second)
+"""
+
+
+async def test_an_items_async_nodes_run_one_after_the_other_in_one_task(
+    make_module: Any,
+) -> None:
+    mod = make_module(ONE_TASK)
+    caller = asyncio.current_task()
+    result = await Driver(mod).prepare(["collected"]).execute(inputs={"n": 6})
+    assert result == {"collected": [0, 10, 20, 30, 40, 50]}
+    tasks = {item: set(seen) for item, seen in mod.TASKS.items()}
+    assert all(len(seen) == 1 for seen in tasks.values()), tasks  # both nodes, one task
+    assert len({next(iter(seen)) for seen in tasks.values()}) == 6  # a task per item
+    assert caller not in {next(iter(seen)) for seen in tasks.values()}
+
+
+CARRIED_RETRIES = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+CALLS = {}
+
+@execution(max_concurrency=2)
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+@execution(retries=2, initial_delay=0.0, retryable_exceptions=(ConnectionError,))
+async def fetch(items: int) -> int:
+    CALLS[items] = CALLS.get(items, 0) + 1
+    await asyncio.sleep(0)
+    if items % 2 and CALLS[items] < 3:
+        raise ConnectionError(f"item {items} flaked")
+    return items
+
+def checked(fetch: int) -> str:
+    if fetch == 4:
+        return 4  # not a str: its output check fails
+    return f"<{fetch}>"
+
+def pages(checked: Collect[str]) -> list[str]:
+    return list(checked)
+"""
+
+
+@pytest.mark.parametrize("watched", [False, True], ids=["carried", "observed"])
+async def test_carried_items_hand_failures_retries_and_bad_values_to_the_driver(
+    make_module: Any, watched: bool
+) -> None:
+    # Observed, every attempt is the driver's; carried, an item's nodes run in its task
+    # until something needs the driver: the caller sees the same either way.
+    mod = make_module(CARRIED_RETRIES)
+    plan = Driver(mod).prepare(["pages"])
+    events: list[RunEvent] = []
+    assert await plan.execute(inputs={"n": 4}, observer=events.append if watched else None) == {
+        "pages": ["<0>", "<1>", "<2>", "<3>"]
+    }
+    assert mod.CALLS == {0: 1, 1: 3, 2: 1, 3: 3}
+    mod.CALLS.clear()
+    with pytest.raises(ExecutionError) as raised:
+        await plan.execute(inputs={"n": 6})
+    (error,) = raised.value.exceptions
+    assert isinstance(error, TypeError) and "checked[4]" in str(error), error
+
+
+def test_a_carried_run_keeps_no_record_per_item_beyond_its_result(make_module: Any) -> None:
+    import gc
+    import tracemalloc
+
+    mod = make_module(
+        """
+import tracemalloc
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+SEEN = []
+
+@execution(max_concurrency=8)
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+async def first(items: int) -> int:
+    return items + 1
+
+async def second(first: int) -> int:
+    return first * 2
+
+def total(second: Collect[int]) -> int:
+    SEEN.append(tracemalloc.get_traced_memory()[0])
+    return len(second)
+"""
+    )
+    plan = Driver(mod).prepare(["total"])
+
+    async def main() -> float:
+        await plan.execute(inputs={"n": 100})  # first-run caches
+        held = []
+        for n in (2000, 8000):
+            gc.collect()
+            tracemalloc.start()
+            try:
+                base = tracemalloc.get_traced_memory()[0]
+                assert await plan.execute(inputs={"n": n}) == {"total": n}
+                held.append(mod.SEEN[-1] - base)
+            finally:
+                tracemalloc.stop()
+        return (held[1] - held[0]) / 6000
+
+    # What the Python heap holds per item when the Collect node runs: its result (an int
+    # and its place in the list and in the run's values) and a few table slots; a record
+    # per grown job (a Job and a NodeRuntime each) was over a kilobyte per item.
+    # The least of three: tracemalloc counts what other threads allocate meanwhile.
+    per_item = min(loop_support.run(main()) for _ in range(3))
+    assert per_item < 400, per_item
+
+
+UNSTARTED = """
+import asyncio
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+STARTED = []
+CLOSED = []
+
+@execution(max_concurrency=4)
+def items(n: int) -> Parallelizable[int]:
+    try:
+        yield from range(3)
+        raise OSError("the source broke at item 3")
+    finally:
+        CLOSED.append(True)
+
+async def work(items: int) -> int:
+    STARTED.append(items)
+    await asyncio.sleep(0)
+    return items
+
+def done(work: Collect[int]) -> list[int]:
+    return list(work)
+"""
+
+
+async def test_carried_items_stopped_before_their_first_step_never_run(
+    make_module: Any,
+) -> None:
+    import gc
+    import warnings
+
+    # Items 0-2 are drawn and their tasks made in the same step of the run as the draw of
+    # item 3 fails: each item's task is cancelled before it ran, its node's coroutine is
+    # closed without running, and the source is closed before the run raises.
+    mod = make_module(UNSTARTED)
+    plan = Driver(mod).prepare(["done"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ExecutionError) as raised:
+            await plan.execute(inputs={"n": 0})
+        gc.collect()
+    (error,) = raised.value.exceptions
+    assert isinstance(error, OSError)
+    assert mod.STARTED == [] and mod.CLOSED == [True]
+    assert not [w for w in caught if "never awaited" in str(w.message)], caught

@@ -432,6 +432,34 @@ impl Run {
         }
     }
 
+    /// The driver's bookkeeping failed and the run is about to be abandoned
+    /// ([`Run::abandon`]): one [`Op::Close`] per source that may still be open (drawn from,
+    /// a draw or a close in flight). The driver carries each out to its end (a draw in flight
+    /// stopped first, a close in flight awaited) before it abandons the run, and reports
+    /// none of them: the source's `finally` has run before any release starts and before the
+    /// run raises, as when a failure closes it ([`Run::closed`]).
+    pub fn close_sources(&mut self, out: &mut Vec<Command>) -> Result<(), RunError> {
+        if self.phase == Phase::Shutdown {
+            return Err(RunError::ShutdownBegun);
+        }
+        for fan in &mut self.fans {
+            if matches!(fan.state, Source::Ready | Source::Drawing | Source::Closing) {
+                if fan.state != Source::Ready {
+                    self.pending = self.pending.saturating_sub(1); // its event never comes
+                }
+                fan.state = Source::Closed;
+                out.push(Command {
+                    op: Op::Close,
+                    job: fan.source,
+                    attempt: fan.items,
+                    arg: None,
+                });
+            }
+        }
+        self.aborted = true;
+        Ok(())
+    }
+
     /// The jobs `job` depends on for the shutdown order (appended to `buf`).
     fn shutdown_deps(&self, job: usize, buf: &mut Vec<u32>) {
         if job < self.base {
@@ -676,6 +704,40 @@ mod tests {
         );
         r.succeeded((n + conn as u32) as i64, &mut out).unwrap();
         assert!(r.finished());
+    }
+
+    #[test]
+    fn an_abandoned_run_closes_each_open_source_before_its_releases() {
+        let (mut r, [conn, src, ..]) = run(Some(1));
+        let mut out = Vec::new();
+        r.start(&mut out).unwrap();
+        r.succeeded(conn as i64, &mut out).unwrap();
+        r.succeeded(src as i64, &mut out).unwrap();
+        r.drawn(src as i64, true, &mut out).unwrap(); // a[0] runs; the source is open
+        out.clear();
+        r.close_sources(&mut out).unwrap();
+        assert_eq!(ops(&out, Op::Close), vec![src as u32]);
+        out.clear();
+        r.close_sources(&mut out).unwrap();
+        assert!(out.is_empty(), "a source is closed once");
+        r.abandon(&mut out).unwrap();
+        let n = r.job_count() as u32;
+        assert_eq!(ops(&out, Op::Start), vec![n + conn as u32]);
+        assert!(
+            r.close_sources(&mut out).is_err(),
+            "not once shutdown began"
+        );
+        // A source with a draw in flight is closed too, and its draw is no longer pending.
+        let (mut r, [conn, src, ..]) = run(None);
+        r.start(&mut out).unwrap();
+        r.succeeded(conn as i64, &mut out).unwrap();
+        r.succeeded(src as i64, &mut out).unwrap();
+        assert_eq!(r.fans[0].state, Source::Drawing);
+        let before = r.pending();
+        out.clear();
+        r.close_sources(&mut out).unwrap();
+        assert_eq!(ops(&out, Op::Close), vec![src as u32]);
+        assert_eq!(r.pending(), before - 1);
     }
 
     #[test]

@@ -391,6 +391,11 @@ class Run:
         """The DRAW of ``job``'s source raised: the run aborts."""
     def closed(self, job: int) -> list[Command]:
         """The CLOSE of ``job``'s source has finished."""
+    def close_sources(self) -> list[Command]:
+        """The driver's bookkeeping failed and the run is about to be abandoned: a CLOSE
+        for each source that may still be open (drawn from, a draw or a close in flight),
+        each carried out to its end before ``abandon()`` and not reported. ``RuntimeError``
+        once shutdown began."""
     @property
     def job_count(self) -> int:
         """The forward jobs, grown ones included (release ``i`` is job ``job_count + i``)."""

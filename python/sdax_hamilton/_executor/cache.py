@@ -5,10 +5,10 @@ first attempt of a node the Driver decided to look up (``_hamilton/caching.py``)
 ``Outcomes`` hands a value that passed its output check to ``CacheRun.store``. Key
 computation, store reads and writes run in the cache's threads, never on the loop.
 
-Single flight: runs of one loop that miss the same key while it is being computed wait for
-the run computing it (``_Flight``) and take its value as a hit; if that run does not
-produce it (its node failed for good, or the run stopped), they go on as if they had
-missed: again one computes, the rest wait.
+Single flight: runs of one loop that look up the same key while another run looks it up or
+computes it wait for that run (``_Flight``, begun before its lookup) and take its value as
+a hit; if that run does not produce it (its node failed for good, or the run stopped),
+they go on as if they had missed: again one looks up and computes, the rest wait.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ MISSED: Final = object()
 
 
 class _Flight:
-    """One key being computed by one run; the others wait on ``done``."""
+    """One key being looked up, then computed if missed, by one run; the others wait on
+    ``done``."""
 
     __slots__ = ("done", "result")
 
@@ -148,16 +149,22 @@ class CacheRun:
                 if flight.result is not None:
                     return await self._took(job.id, node, flight.result, kwargs)
                 continue  # that run did not produce it: as if we had missed
+            # The flight begins before the lookup: a run that misses the key meanwhile waits
+            # for this lookup (and, if it misses, for the value) instead of reading a store
+            # that may be written between its read and its decision to compute.
+            flight = flights[flying] = _Flight(loop)
             try:
                 found = await loop.run_in_executor(pool, cache.read, key)
             except Exception as exc:  # an unreadable entry is a miss
                 logger.warning("cache entry of %r unreadable: %s", job.name, exc)
                 found = None
+            except BaseException:
+                self._land(flying, flight)  # the waiters go on as if they had missed
+                raise
             if found is not None:
+                flight.result = found
+                self._land(flying, flight)
                 return await self._took(job.id, node, found, kwargs)
-            if flying in flights:
-                continue  # another run began computing it meanwhile
-            flight = flights[flying] = _Flight(loop)
             self._leading[job.id] = (flying, flight)
             self._keys[job.id] = key
             break

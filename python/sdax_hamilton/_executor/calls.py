@@ -192,13 +192,16 @@ class Calls:
         """Carry out ``commands`` in order, now."""
         for op, job, attempt, arg in commands:
             if op == _START:
-                self._start(self.jobs[job], attempt, arg)
+                if self.fans is None or not self.fans.carry(job, attempt, arg):
+                    self._start(self.jobs[job], attempt, arg)
             elif op == _CARRIED:
                 carried(self, self.jobs[job], attempt, arg)
             elif op == _SLEEP:
                 self._timers().sleep(job, arg or 0.0)
             elif op == _CANCEL:
-                self.cancels().job(job)
+                # A carried item's is its task's (``fanout.Items.carry``).
+                if self.fans is None or not self.fans.cancel(job):
+                    self.cancels().job(job)
             elif op == _STOP_SLEEP:
                 if self.timers is not None:  # else no wait was ever armed
                     self.timers.stop_sleep(job)
@@ -210,15 +213,17 @@ class Calls:
                 self._start(self.jobs[job], attempt, arg)
             elif op == _EXPIRE:
                 self.table.post((_EXPIRED, self.jobs[job], attempt))
-            elif op == _NO_ROOM or op == _BAD_HINT or op == _NO_BUDGET or op == _FALLBACK:
-                pass  # why a failure is final, or a fallback: read by ``Outcomes``
-            elif op == _CARRIED_BREAKER:
-                self.guards().carried_transition(job, arg)
             else:
-                self._fan_command(op, job, attempt)
+                self._other_command(op, job, attempt, arg)
 
-    def _fan_command(self, op: int, job: int, attempt: int) -> None:
-        """A fan-out's DRAW, CLOSE or STOP_DRAW (``fanout.Sources``)."""
+    def _other_command(self, op: int, job: int, attempt: int, arg: Any) -> None:
+        """Why a failure is final or a fallback (read by ``Outcomes``), a carried attempt's
+        breaker transition, or a fan-out's DRAW, CLOSE or STOP_DRAW (``fanout.Sources``)."""
+        if op == _NO_ROOM or op == _BAD_HINT or op == _NO_BUDGET or op == _FALLBACK:
+            return
+        if op == _CARRIED_BREAKER:
+            self.guards().carried_transition(job, arg)
+            return
         if self.fans is None or op not in _FAN_OPS:  # pragma: no cover - the core's contract
             raise RuntimeError(f"sdax_hamilton internal error: unknown command {op!r}")
         self.fans.execute(op, job, attempt)

@@ -223,6 +223,8 @@ async def salvage(ctx: PhaseOwner, exc: BaseException) -> bool:
             )
             failures.failed(exc)
         ctx._internal = None
+        if calls.fans is not None:  # every open source closed before any release
+            await calls.fans.salvage(ctx._run.close_sources())
         ctx._stage = _CLOSING
         calls.execute(ctx._run.abandon())
         await _drive(ctx, task)
@@ -388,6 +390,8 @@ def abandon(ctx: PhaseOwner, exc: BaseException) -> None:
     calls = ctx._calls
     if calls is None:
         return  # the driver carried out nothing
+    if calls.fans is not None:
+        calls.fans.cancel_all()
     for attempt in calls.table.all_live():
         if attempt.timer is not None:
             attempt.timer.cancel()
@@ -411,6 +415,8 @@ def _stop_everything(ctx: PhaseOwner, calls: Calls) -> list[Job]:
     table = calls.table
     run = ctx._run
     run.carry_with(None)  # every release is the driver's: see them all end
+    if calls.fans is not None:
+        calls.fans.cancel_all()  # carried items: each handed to the driver as it ends
     live = list(table.all_live())
     for attempt in live:
         unlaunched = attempt.task is None and attempt.state == _CALLED

@@ -12,6 +12,8 @@ that out for one run:
 * ``Sources``: the DRAW, CLOSE and STOP_DRAW commands: an item taken from a sync source in
   the phase's task, from an async one in a task of its own; each outcome goes through the
   coordinator's queue (``EventKind.FAN``) before the core hears of it.
+* ``Items``: the items' nodes carried out one after the other in a task per item, with no
+  record per item, until something needs the driver (docs/internals.md, "Carried items").
 
 Only plans with a ``Parallelizable`` node make either: every other plan keeps its tuple
 ``JobTable`` and never reaches this module.
@@ -20,16 +22,19 @@ Only plans with a ``Parallelizable`` node make either: every other plan keeps it
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
+import inspect
+import types
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from .. import _core
 from .._failures import add_note_once
-from .attempts import EventKind
+from .attempts import Attempt, AttemptState, EventKind
 from .jobs import FanOut, Job, JobTable
-from .runtime import NodeRuntime
+from .runtime import NodeRuntime, _takes_positionally
 
 if TYPE_CHECKING:
     from .attempts import AttemptTable
@@ -42,6 +47,9 @@ class RunCalls(Protocol):
 
     table: AttemptTable
     run: _core.Run
+    watching: bool
+    clipped: list[int] | None
+    kwargs: list[dict[str, Any] | None]
 
     def failures(self) -> FailureRecord: ...
 
@@ -55,19 +63,51 @@ _DRAW: Final = _core.DRAW
 _CLOSE: Final = _core.CLOSE
 _STOP_DRAW: Final = _core.STOP_DRAW
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
+_FAN_OPS: Final = (_DRAW, _CLOSE, _STOP_DRAW)
+_START: Final = _core.START
+_RAISED: Final = EventKind.RAISED
+_RETURNED: Final = EventKind.RETURNED
+_UNSTARTED: Final = EventKind.UNSTARTED
+_RUNNING_STATE: Final = AttemptState.RUNNING
+_CANCELLED_STATE: Final = AttemptState.CANCELLED
+_CANCEL_MISSED_STATE: Final = AttemptState.CANCEL_MISSED
+_CoroutineType: Final = types.CoroutineType
+_isawaitable: Final = inspect.isawaitable
+# What ``Sources._call`` came to.
+_AWAIT: Final = object()
+_VALUE: Final = object()
+_HANDED: Final = object()
 
 
 class _Branch:
-    """How a branch node's job is made for item ``i`` (built once per run, per template)."""
+    """How a branch node's job is made for item ``i`` (built once per run, per template).
 
-    __slots__ = ("args", "fields", "job", "name", "renamed")
+    Until something needs a grown job's record (``Job``, with its item's ``NodeRuntime``),
+    the run's table holds this object in its place: an item whose nodes ``Items.carry``
+    carries out to their end never gets one (``RunJobs.__getitem__`` makes it on demand)."""
 
-    def __init__(self, job: Job, per_item: frozenset[str]) -> None:
+    __slots__ = (
+        "args", "call", "carried", "checks", "fan", "fields", "job", "name", "output_check",
+        "pos", "positional", "renamed",
+    )  # fmt: skip
+
+    def __init__(
+        self, job: Job, fan: int, pos: int, per_item: frozenset[str], carried: bool
+    ) -> None:
         self.job = job
+        self.fan = fan
+        self.pos = pos  # its place in the branch: item ``i``'s job is ``first[i] + pos``
         node = job.node
         self.name = node.name
         # (keyword, key, per item): a per-item key is read as ``key[i]``
         self.args = tuple((kw, key, key in per_item) for kw, key in node.args)
+        keywords = [kw for kw, _key in node.args]
+        # Its input checks by the index of their argument in ``args`` (a check of a
+        # keyword given by its default: not carried).
+        checked = all(kw in keywords for kw, _check in node.input_checks)
+        self.checks = tuple(
+            (keywords.index(kw), check) for kw, check in node.input_checks if kw in keywords
+        )
         # The template's other fields, given as they are to each item's node.
         self.fields = {
             f.name: getattr(node, f.name)
@@ -77,6 +117,16 @@ class _Branch:
         # A call wrapped in Hamilton's node hooks (``_adapters._NodeCall``) is renamed per
         # item, so that its hooks and attempt numbers are the item's node's.
         self.renamed: Callable[[str], Any] | None = getattr(node.call, "renamed", None)
+        self.call = node.call
+        self.output_check = node.output_check
+        self.positional = not node.defaults and _takes_positionally(node.call, node.args)
+        # Its first attempts may be carried out by ``Items.carry``: nothing around the
+        # call needs the driver's records (no guard, hedging, release or node hooks).
+        self.carried = (
+            checked
+            and carried
+            and not (job.guarded or node.release is not None or self.renamed is not None)
+        )
 
     def grown(self, item: int, job_id: int) -> Job:
         template = self.job
@@ -90,8 +140,12 @@ class _Branch:
                    template.hook, None, template.guarded)  # fmt: skip
 
 
-class RunJobs(list[Job]):
-    """One fan-out run's job table: ``jobs[job]`` as in ``JobTable``, growing with the run."""
+class RunJobs(list[Any]):
+    """One fan-out run's job table: ``jobs[job]`` as in ``JobTable``, growing with the run.
+
+    A grown job's place holds its template's ``_Branch`` until its record is first read
+    (``__getitem__``), and a release's place its owner's id until then: a run whose items
+    are carried out to their end (``Items.carry``) makes no record per item."""
 
     nodes: tuple[NodeRuntime, ...]
     forward_count: int
@@ -108,6 +162,7 @@ class RunJobs(list[Job]):
         self._plan_jobs = plan_jobs
         self.nodes = plan_jobs.nodes
         self.forward_count = n
+        self.plan_forward = n
         self.carrier = None
         self.cache = None
         self.shared = plan_jobs.shared
@@ -117,25 +172,52 @@ class RunJobs(list[Job]):
         self._branches: list[list[_Branch]] = []
         self._reads: list[tuple[tuple[str, int], ...]] = []
         self._unread: dict[str, int] = {}  # ``key[i]`` -> the item's nodes yet to read it
-        for fan in fan_outs:
+        self._once: set[str] = set()  # per-item values read by one node of the item
+        # Per fan-out, per item: the id of its first grown job (its jobs are contiguous).
+        self.firsts: list[list[int]] = [[] for _ in fan_outs]
+        carried = plan_jobs.cache is None
+        for f, fan in enumerate(fan_outs):
             per_item = frozenset(
                 [plan_jobs[fan.source].name, *(plan_jobs[t].name for t in fan.templates)]
             )
-            branches = [_Branch(plan_jobs[t], per_item) for t in fan.templates]
+            branches = [
+                _Branch(plan_jobs[t], f, pos, per_item, carried)
+                for pos, t in enumerate(fan.templates)
+            ]
             self._branches.append(branches)
             # How many of the item's nodes read each of its values (the collected one is
             # the Collect node's): a value is dropped once the last of them has read it, so
             # a long source keeps no intermediate values of the items it is done with.
+            # A value read by one node is dropped by that read (``_once``); the others are
+            # counted per item (``_unread``).
             reads: dict[str, int] = {}
             for branch in branches:
                 for _kw, key, per in branch.args:
                     if per and key != fan.collected:
                         reads[key] = reads.get(key, 0) + 1
-            self._reads.append(tuple(reads.items()))
+            self._reads.append(tuple((key, n) for key, n in reads.items() if n > 1))
+            self._once.update(key for key, n in reads.items() if n == 1)
         self._collects = {fan.collect: f for f, fan in enumerate(fan_outs)}
-        # ``Calls._grow``, held weakly (the run's parts form no cycle).
-        self.on_grow: weakref.WeakMethod[Callable[[int, bool], None]] | None = None
+        self.fan_of = {fan.source: f for f, fan in enumerate(fan_outs)}  # by source job
+        self.source_names = [plan_jobs[fan.source].name for fan in fan_outs]
+        self._on_grow: weakref.WeakMethod[Callable[[int, bool], None]] | None = None
         self._released = False
+        self._room = n  # job ids the run's other tables have room for (``_grew``)
+
+    @property
+    def on_grow(self) -> weakref.WeakMethod[Callable[[int, bool], None]] | None:
+        """``Calls._grow``, held weakly (the run's parts form no cycle); its tables are
+        made with room for the jobs there are when it is set."""
+        return self._on_grow
+
+    @on_grow.setter
+    def on_grow(self, grow: weakref.WeakMethod[Callable[[int, bool], None]] | None) -> None:
+        self._on_grow = grow
+        self._room = len(self)
+
+    def __iter__(self) -> Iterator[Any]:
+        for job in range(len(self)):
+            yield self[job]
 
     @property
     def calling(self) -> RunJobs:
@@ -151,42 +233,66 @@ class RunJobs(list[Job]):
 
     def __getitem__(self, job: Any) -> Any:
         try:
-            return list.__getitem__(self, job)
+            entry = list.__getitem__(self, job)
         except IndexError:
             if self._released or type(job) is not int:
                 raise
-        self._add_releases()
-        return list.__getitem__(self, job)
+            self._add_releases()
+            entry = list.__getitem__(self, job)
+        if type(entry) is _Branch:  # a grown job's record, made when first read
+            entry = entry.grown(self.item_of(job, entry), job)
+            list.__setitem__(self, job, entry)
+        elif type(entry) is int:  # a release's, likewise
+            entry = self._release(job, self[entry])
+            list.__setitem__(self, job, entry)
+        return entry
+
+    def item_of(self, job: int, branch: _Branch) -> int:
+        """The item of grown job ``job`` of ``branch``."""
+        return bisect.bisect_right(self.firsts[branch.fan], job) - 1
+
+    def unmade(self, job: int) -> _Branch | None:
+        """The branch of grown job ``job`` while it has no record (``None``: it has one, or
+        it is not a grown job)."""
+        entry = list.__getitem__(self, job)
+        return entry if type(entry) is _Branch else None
 
     def grow(self, f: int) -> None:
         """The core grew item ``items[f]`` of fan-out ``f``: one job per branch node."""
         item = self.items[f]
         self.items[f] = item + 1
-        first = len(self)
-        branches = self._branches[f]
-        self.extend(b.grown(item, first + k) for k, b in enumerate(branches))
+        self.firsts[f].append(len(self))
+        self.extend(self._branches[f])
         unread = self._unread
         for key, count in self._reads[f]:
             unread[f"{key}[{item}]"] = count
-        self.forward_count = len(self)
-        self._grew(len(branches), True)
+        n = self.forward_count = len(self)
+        if n > self._room:
+            # The run's tables per job id grow ahead, by half again (ids past the jobs
+            # are never used): not once per item.
+            more = max(n - self._room, self._room // 2)
+            self._room += more
+            self._grew(more, True)
 
     def _add_releases(self) -> None:
-        """The shutdown phase began: release ``i`` is job ``n + i``."""
+        """The shutdown phase began: release ``i`` is job ``n + i`` (its record made when
+        first read)."""
         self._released = True
         n = len(self)
-        self.extend(
-            Job(n + i, False, job.node, i, job.name, f"release of {job.name!r}",
-                () if job.node.release is None else job.node.release.retryable,
-                None if job.node.release is None else job.node.release.retry_after,
-                job.node.release)
-            for i, job in enumerate(list.__iter__(self))
-            if i < n
-        )  # fmt: skip
+        self.extend(range(n))
+        # Release ``i`` is job ``n + i``: the tables have room for ids up to ``2n`` (they
+        # hold ``_room >= n`` forward ids already).
         self._grew(n, False)
 
+    @staticmethod
+    def _release(job: int, owner: Job) -> Job:
+        release = owner.node.release
+        return Job(job, False, owner.node, owner.id, owner.name, f"release of {owner.name!r}",
+                   () if release is None else release.retryable,
+                   None if release is None else release.retry_after, release)  # fmt: skip
+
     def _grew(self, jobs: int, forward: bool) -> None:
-        grow = None if self.on_grow is None else self.on_grow()
+        grow = None if self._on_grow is None else self._on_grow()
         if grow is not None:
             grow(jobs, forward)
 
@@ -199,19 +305,11 @@ class RunJobs(list[Job]):
             key = fan.collected
             pop = values.pop
             values[key] = [pop(f"{key}[{i}]") for i in range(self.items[f])]
-        if job < self._plan_jobs.forward_count:
+        if job < self.plan_forward:
             return self._plan_arguments(job, values)
-        node = list.__getitem__(self, job).node
+        node = self[job].node
         kwargs = {kw: values[key] for kw, key in node.args}
-        unread = self._unread
-        for _kw, key in node.args:
-            left = unread.get(key)
-            if left is not None:
-                if left == 1:
-                    del unread[key]
-                    del values[key]
-                else:
-                    unread[key] = left - 1
+        self._read((key for _kw, key in node.args), values)
         if node.defaults:
             for kw, default in node.defaults.items():
                 kwargs.setdefault(kw, default)
@@ -220,11 +318,68 @@ class RunJobs(list[Job]):
                 raise TypeError(f"Invalid input for {node.name}.{kw}")
         return kwargs
 
+    def _read(self, keys: Iterable[str], values: dict[str, Any]) -> None:
+        """A grown job's arguments were read: a value none of its item's nodes is yet to
+        read is dropped."""
+        unread = self._unread
+        once = self._once
+        for key in keys:
+            left = unread.get(key)
+            if left is None:
+                if key.rpartition("[")[0] in once:
+                    values.pop(key, None)
+            elif left == 1:
+                del unread[key]
+                values.pop(key, None)
+            else:
+                unread[key] = left - 1
+
+    def carried_args(self, branch: _Branch, item: int, values: dict[str, Any]) -> list[Any] | None:
+        """The arguments (in ``branch.args``' order) of item ``item``'s first attempt of
+        ``branch``'s node, read and checked as ``arguments`` does, a value none of the
+        item's nodes is yet to read dropped; ``None`` when they cannot be passed so (a
+        value missing, a check failing or raising: nothing is dropped, and ``arguments``
+        reads them again for the driver, which reports)."""
+        read = []
+        once: list[str] = []  # read by this node only
+        counted: list[str] = []  # read by others of the item too
+        try:
+            for _kw, key, per in branch.args:
+                if per:
+                    own = f"{key}[{item}]"
+                    (once if key in self._once else counted).append(own)
+                    read.append(values[own])
+                else:
+                    read.append(values[key])
+            checks = branch.checks
+            if checks:
+                for index, check in checks:
+                    if not check(read[index]):
+                        return None
+        except Exception:
+            return None
+        for key in once:
+            values.pop(key, None)
+        if counted:
+            self._read(counted, values)
+        return read
+
 
 class Sources:
-    """The sources of one run's fan-outs: DRAW, CLOSE and STOP_DRAW carried out."""
+    """The sources of one run's fan-outs: DRAW, CLOSE and STOP_DRAW carried out; its
+    ``items`` carry out the items' nodes (``Items``)."""
 
-    __slots__ = ("_calls", "_draws", "_its", "_jobs", "_values")
+    __slots__ = (
+        "__weakref__", "_abandoned", "_calls", "_closing", "_draws", "_its", "_jobs",
+        "_values", "cancel", "cancel_all", "carry", "items",
+    )  # fmt: skip
+
+    carry: Callable[[int, int, float | None], bool]
+    """``Items.carry``."""
+    cancel: Callable[[int], bool]
+    """``Items.cancel``."""
+    cancel_all: Callable[[], None]
+    """``Items.cancel_all``."""
 
     def __init__(self, calls: RunCalls, jobs: RunJobs, values: dict[str, Any]) -> None:
         # Weak: ``calls`` holds this object, and a run's parts form no cycle (they are freed
@@ -234,11 +389,31 @@ class Sources:
         self._values = values
         self._its: dict[int, Iterator[Any] | AsyncIterator[Any] | None] = {}
         self._draws: dict[int, asyncio.Task[None]] = {}  # in flight from async sources
+        self._closing: set[int] = set()  # whose task in ``_draws`` is an ``aclose()``
+        self._abandoned = False  # ``salvage``: nothing more is reported to the core
+        self.items = Items(calls, jobs, values, self)
+        # Its methods the run's ``Calls`` and the coordinator call, at no extra call.
+        self.carry = self.items.carry
+        self.cancel = self.items.cancel
+        self.cancel_all = self.items.cancel_all
+
+    def draw_here(self, job: int, item: int) -> bool:
+        """An item's end freed the place the DRAW of ``item`` from ``job``'s source is for:
+        from a sync source with a bound, it is drawn now, in the item's task, as the
+        coordinator would have (``True``)."""
+        it = self._its.get(job)
+        if it is None or hasattr(it, "__anext__"):
+            return False
+        jobs = self._jobs
+        if jobs.fan_outs[jobs.fan_of[job]].limit is None:
+            return False
+        self._draw((job, item))
+        return True
 
     def execute(self, op: int, job: int, item: int) -> None:
         post = self._calls.table.post
         if op == _DRAW:
-            if self._jobs.fan_outs[self._fan(job)].limit is None:
+            if self._jobs.fan_outs[self._jobs.fan_of[job]].limit is None:
                 # No bound: the next draw waits for a turn of the loop, so that the
                 # branches already started run meanwhile (a failure among them stops an
                 # endless source) rather than every item being drawn first.
@@ -269,17 +444,21 @@ class Sources:
 
     def _draw(self, payload: tuple[int, int]) -> None:
         job, item = payload
+        if self._abandoned:
+            return
         run = self._calls.run
         if run.aborted:
             # Stopped while this draw waited in the queue: nothing is drawn; the core drops
             # the "item" and has the source closed.
             self._calls.execute(run.drawn(job, True))
             return
-        try:
-            it = self._iterator(job)
-        except BaseException as exc:
-            self._failed(job, item, exc)
-            return
+        it = self._its.get(job)
+        if it is None:
+            try:
+                it = self._iterator(job)
+            except BaseException as exc:
+                self._failed(job, item, exc)
+                return
         if hasattr(it, "__anext__"):
             draw: Any = anext(cast("AsyncIterator[Any]", it))
             task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(draw)
@@ -312,6 +491,8 @@ class Sources:
 
     def _ended(self, payload: tuple[int, int, bool, bool, Any]) -> None:
         job, item, ok, has, value = payload
+        if self._abandoned:
+            return
         self._draws.pop(job, None)
         if ok:
             self._drawn(job, item, has, value)
@@ -322,14 +503,16 @@ class Sources:
         calls = self._calls
         run = calls.run
         if has and not run.aborted:
-            fan = self._jobs.fan_outs[self._fan(job)]
-            if fan.item_check is not None and not fan.item_check(value):
-                name = self._jobs[job].name
+            jobs = self._jobs
+            f = jobs.fan_of[job]
+            check = jobs.fan_outs[f].item_check
+            if check is not None and not check(value):
+                name = jobs[job].name
                 self._failed(job, item, TypeError(f"Invalid item from {name}: item {item}"))
                 return
-            self._values[f"{self._jobs[job].name}[{item}]"] = value
+            self._values[f"{jobs.source_names[f]}[{item}]"] = value
             commands = run.drawn(job, True)
-            self._jobs.grow(self._fan(job))
+            jobs.grow(f)
         else:
             commands = run.drawn(job, has)
         calls.execute(commands)
@@ -355,19 +538,26 @@ class Sources:
         calls.execute(run.draw_failed(job))
 
     def _fan(self, job: int) -> int:
-        for f, fan in enumerate(self._jobs.fan_outs):
-            if fan.source == job:
-                return f
-        raise RuntimeError(f"sdax_hamilton internal error: job {job} has no fan-out")
+        f = self._jobs.fan_of.get(job)
+        if f is None:
+            raise RuntimeError(f"sdax_hamilton internal error: job {job} has no fan-out")
+        return f
 
-    def _close(self, job: int) -> None:
+    def _source(self, job: int) -> Any:
         it: Any = self._its.pop(job, None)
         if it is None:  # never drawn from: the source object itself may be a generator
             it = self._values.get(self._jobs[job].name)
+        return it
+
+    def _close(self, job: int) -> None:
+        if self._abandoned:
+            return
+        it = self._source(job)
         try:
             if hasattr(it, "aclose"):
                 task = asyncio.get_running_loop().create_task(it.aclose())
                 self._draws[job] = task
+                self._closing.add(job)
                 task.add_done_callback(lambda done: self._close_done(job, done))
                 return
             close = getattr(it, "close", None)
@@ -383,7 +573,10 @@ class Sources:
 
     def _closed_async(self, payload: tuple[int, BaseException | None]) -> None:
         job, exc = payload
+        if self._abandoned:
+            return
         self._draws.pop(job, None)
+        self._closing.discard(job)
         if exc is not None:
             self._close_failed(job, exc)
         self._calls.execute(self._calls.run.closed(job))
@@ -400,3 +593,332 @@ class Sources:
         except BaseException:
             pass
         calls.failures().failed(exc)
+
+    async def salvage(self, commands: Sequence[_core.Command]) -> None:
+        """The run is being salvaged (``coordinator.salvage``): carry out the core's CLOSEs
+        (``Run.close_sources``) to their end, now, reporting none of them; a draw in flight
+        is stopped first, a close in flight awaited. From here on nothing queued for the
+        sources reaches the core."""
+        self._abandoned = True
+        for _op, job, _item, _arg in commands:
+            task = self._draws.pop(job, None)
+            closing = job in self._closing
+            self._closing.discard(job)
+            if task is not None:
+                if not closing:
+                    task.cancel()
+                try:
+                    await task
+                except BaseException as exc:
+                    if closing:
+                        self._close_failed(job, exc)
+                if closing:
+                    continue
+            it = self._source(job)
+            try:
+                if hasattr(it, "aclose"):
+                    await it.aclose()
+                else:
+                    close = getattr(it, "close", None)
+                    if close is not None:
+                        close()
+            except BaseException as exc:
+                self._close_failed(job, exc)
+
+
+class Items:
+    """One run's items carried out (its ``Sources.items``).
+
+    The core STARTs each grown job as it STARTs any job; a first attempt without a
+    timeout of a node that needs no record around its call (``_Branch.carried``) is
+    carried out here, the way the core's carrier carries out a lone START (src/carry.rs):
+    called with its item's values, its value stored, the core told, and the item's next
+    START carried out the same way. An item's async nodes run in one task of its own
+    (``_fly``), one after the other, as a hand-written ``gather`` of items would: the
+    first step of every node runs in the task that goes on with it. Whatever needs the
+    driver (a failure, a cancellation, a value whose check fails) is handed to it as the
+    attempt it would have had at that point (``_hand_off``), with the job's record made
+    then. Nothing is decided here: which job starts next is the core's.
+    """
+
+    __slots__ = ("_calls", "_carrying", "_flights", "_jobs", "_run", "_sources", "_values")
+
+    def __init__(
+        self, calls: RunCalls, jobs: RunJobs, values: dict[str, Any], sources: Sources
+    ) -> None:
+        self._calls = weakref.proxy(calls)
+        self._sources = weakref.proxy(sources)  # which holds this object
+        self._jobs = jobs
+        self._values = values
+        # Whether the run lets items be carried out (nobody watches attempts, no run
+        # timeout); the items in flight, by the job each is at.
+        self._carrying = not calls.watching and calls.clipped is None
+        self._flights: dict[int, _Flight] = {}
+        self._run = calls.run  # the core's Run refers to nothing of the driver's
+
+    def carry(self, job: int, attempt: int, timeout: float | None) -> bool:
+        """Carry out START ``job`` (``attempt``, ``timeout``) if it may be; else ``False``
+        and the driver carries it out (``Calls._start``)."""
+        jobs = self._jobs
+        if (
+            attempt
+            or timeout is not None
+            or not self._carrying
+            or not jobs.plan_forward <= job < jobs.forward_count
+        ):
+            return False
+        branch = list.__getitem__(jobs, job)
+        if type(branch) is not _Branch or not branch.carried:
+            return False
+        item = bisect.bisect_right(jobs.firsts[branch.fan], job) - 1
+        args = jobs.carried_args(branch, item, self._values)
+        if args is None:
+            return False
+        flight = _Flight(job, branch, item, args)
+        called, payload = self._call(flight)
+        if called is _AWAIT:
+            flight.aw = payload
+            table = self._calls.table
+            table.live += 1  # before create_task: an eager task factory may finish it at once
+            self._flights[job] = flight
+            flight.task = asyncio.get_running_loop().create_task(self._fly(flight))
+        elif called is _VALUE:
+            self._calls.execute(self._succeeded(flight, payload))
+        return True
+
+    def _call(self, flight: _Flight) -> tuple[object, Any]:
+        """Call ``flight``'s node: ``(_AWAIT, awaitable)``, ``(_VALUE, value)``, or
+        ``(_HANDED, None)`` once handed to the driver."""
+        branch = flight.branch
+        try:
+            if branch.positional:
+                result = branch.call(*flight.args)
+            else:
+                result = branch.call(**flight.kwargs())
+        except BaseException as exc:
+            self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
+            return _HANDED, None
+        if type(result) is _CoroutineType:
+            return _AWAIT, result
+        return self._settled(flight, result)
+
+    def _settled(self, flight: _Flight, result: Any) -> tuple[object, Any]:
+        """What a call that did not return a coroutine returned: an awaitable, a value
+        (checked), or handed to the driver."""
+        try:
+            awaitable = _isawaitable(result)
+        except BaseException as exc:  # user code asked (a ``__class__`` property)
+            self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
+            return _HANDED, None
+        if awaitable:
+            return _AWAIT, result
+        return self._checked(flight, result)
+
+    def _checked(self, flight: _Flight, value: Any) -> tuple[object, Any]:
+        """``(_VALUE, value)`` when it passes its node's output check; else handed to the
+        driver, which checks it again and reports."""
+        check = flight.branch.output_check
+        if check is not None:
+            try:
+                ok = check(value)
+            except BaseException:
+                ok = False
+            if not ok:
+                self._hand_off(flight, _RETURNED, value, flight.state)
+                return _HANDED, None
+        return _VALUE, value
+
+    def _succeeded(self, flight: _Flight, value: Any) -> list[_core.Command]:
+        """``flight``'s node succeeded with ``value``: stored, and the core told."""
+        self._values[f"{flight.branch.name}[{flight.item}]"] = value
+        commands: list[_core.Command] = self._run.succeeded(flight.job)
+        return commands
+
+    async def _fly(self, flight: _Flight) -> None:
+        """An item's task: its carried nodes, one after the other."""
+        flight.state = _RUNNING_STATE
+        calls = self._calls
+        flights = self._flights
+        try:
+            while True:
+                try:
+                    value = await flight.aw
+                except BaseException as exc:  # never let anything escape a task
+                    del flights[flight.job]
+                    calls.table.live -= 1
+                    self._hand_off(flight, _RAISED, exc, flight.state)
+                    return
+                del flights[flight.job]
+                if flight.state is not _RUNNING_STATE:  # the core cancelled it meanwhile
+                    calls.table.live -= 1
+                    self._hand_off(flight, _RETURNED, value, flight.state)
+                    return
+                check = flight.branch.output_check
+                if check is not None:
+                    try:
+                        ok = check(value)
+                    except BaseException:
+                        ok = False
+                    if not ok:  # the driver checks it again and reports
+                        calls.table.live -= 1
+                        self._hand_off(flight, _RETURNED, value, flight.state)
+                        return
+                if not self._next(flight, value):
+                    calls.table.live -= 1
+                    return
+                flights[flight.job] = flight
+        finally:
+            del flight
+            if calls.table.live == 0:
+                self._wake()
+
+    def _next(self, flight: _Flight, value: Any) -> bool:
+        """In the item's task: ``flight``'s node succeeded with ``value``. The item's next
+        START, if the core gives one and it may be carried, is called; ``True`` when it is
+        to be awaited in this task (``flight.aw``). The core's other commands go to the
+        coordinator, as an attempt's outcome does."""
+        values = self._values
+        run = self._run
+        while True:
+            values[f"{flight.branch.name}[{flight.item}]"] = value
+            commands = run.succeeded(flight.job)
+            if not commands:
+                return False
+            follow = self._follow(flight, commands)
+            if follow is None:
+                self._pass_on(commands)
+                return False
+            command, branch = follow
+            if len(commands) > 1:
+                self._pass_on([other for other in commands if other is not command])
+            args = self._jobs.carried_args(branch, flight.item, values)
+            if args is None:  # the driver reads them again and reports
+                self._pass_on([command], True)
+                return False
+            flight.job, flight.branch, flight.args = command[1], branch, args
+            flight.aw = None
+            called, value = self._call(flight)
+            if called is _AWAIT:
+                flight.aw = value
+                return True
+            if called is _HANDED:
+                return False
+
+    def _follow(
+        self, flight: _Flight, commands: list[_core.Command]
+    ) -> tuple[_core.Command, _Branch] | None:
+        """The START among ``commands`` of ``flight``'s item's next job, if it may be
+        carried out in the item's task."""
+        jobs = self._jobs
+        # The item's jobs are contiguous, in branch order, from ``first``.
+        first = flight.job - flight.branch.pos
+        fan = flight.branch.fan
+        end = jobs.forward_count
+        for command in commands:
+            op, job, attempt, timeout = command
+            if op == _START and not attempt and timeout is None and first < job < end:
+                branch = list.__getitem__(jobs, job)
+                if (
+                    type(branch) is _Branch
+                    and branch.carried
+                    and branch.fan == fan
+                    and job - branch.pos == first
+                ):
+                    return command, branch
+        return None
+
+    def _pass_on(self, commands: list[_core.Command], starts: bool = False) -> None:
+        """Commands of the core an item's task does not carry out itself: a draw or a close
+        is queued for the coordinator as it is; the others are carried out by it."""
+        calls = self._calls
+        if not starts and all(command[0] in _FAN_OPS for command in commands):
+            if len(commands) == 1:
+                op, job, item, _arg = commands[0]
+                if op == _DRAW and self._sources.draw_here(job, item):
+                    return
+            calls.execute(commands)
+        else:
+            calls.table.post((_FAN, calls.execute, commands))
+
+    def _wake(self) -> None:
+        """Wake the coordinator (nothing of the run may be left running)."""
+        table = self._calls.table
+        waiter = table.waiter
+        if waiter is not None:
+            table.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _hand_off(
+        self, flight: _Flight, kind: EventKind, payload: Any, state: AttemptState
+    ) -> None:
+        """The driver goes on with ``flight``'s attempt: the attempt it would have had at
+        this point (the job's record made now) and the outcome it would have posted."""
+        calls = self._calls
+        job = flight.job
+        attempt = Attempt(self._jobs[job], 0, None)
+        attempt.state = state
+        attempt.aw = flight.aw
+        # A call that raised or returned at once ran in no task of its own (as the
+        # driver's own sync calls).
+        attempt.task = None if flight.aw is None else flight.task
+        calls.table.add(attempt)
+        calls.kwargs[job] = flight.kwargs()  # read by its retries
+        calls.table.post((kind, attempt, payload))
+
+    def cancel(self, job: int) -> bool:
+        """CANCEL ``job``: ``True`` when it is a carried item's (its task cancelled once)."""
+        flight = self._flights.get(job)
+        if flight is None:
+            return False
+        if flight.state >= _CANCELLED_STATE:
+            return True
+        task = flight.task
+        assert task is not None
+        if flight.state is _RUNNING_STATE:
+            # False when the task has already finished: its outcome is its own.
+            flight.state = _CANCELLED_STATE if task.cancel() else _CANCEL_MISSED_STATE
+            return True
+        flight.state = _CANCELLED_STATE  # its task never ran a step: nothing was awaited
+        task.cancel()
+        task.add_done_callback(lambda _task: self._unstarted(flight))
+        return True
+
+    def _unstarted(self, flight: _Flight) -> None:
+        # The task holds the cancellation it ended with, whose traceback holds its frame,
+        # which holds ``flight``: no reference back to the task (no cycle).
+        flight.task = None
+        self._flights.pop(flight.job, None)
+        self._calls.table.live -= 1
+        self._hand_off(flight, _UNSTARTED, None, flight.state)
+
+    def cancel_all(self) -> None:
+        """Cancel every carried item (the run is being salvaged or abandoned)."""
+        for job in list(self._flights):
+            self.cancel(job)
+
+
+class _Flight:
+    """An item carried out (``Items.carry``): the job it is at and its attempt's state."""
+
+    __slots__ = ("args", "aw", "branch", "item", "job", "state", "task")
+
+    def __init__(self, job: int, branch: _Branch, item: int, args: list[Any]) -> None:
+        self.job = job
+        self.branch = branch
+        self.item = item
+        self.args = args
+        self.aw: Any = None
+        self.task: asyncio.Task[None] | None = None
+        self.state = AttemptState.CALLED
+
+    def kwargs(self) -> dict[str, Any]:
+        """The attempt's arguments by keyword (as the driver keeps them for retries)."""
+        given = {
+            kw: value for (kw, _key, _per), value in zip(self.branch.args, self.args, strict=True)
+        }
+        defaults = self.branch.job.node.defaults
+        if defaults:
+            for kw, default in defaults.items():
+                given.setdefault(kw, default)
+        return given
