@@ -717,7 +717,7 @@ impl PyCarrier {
         if node.bulkhead.is_none() && node.breaker.is_none() {
             return self.call_passed(py, job, node, carrying, passed);
         }
-        let Some(admitted) = self.admit(py, node)? else {
+        let Some(admitted) = self.admit(node) else {
             return Ok(Carried::Declined); // nothing taken: the driver admits it
         };
         match self.call_passed(py, job, node, carrying, passed) {
@@ -743,21 +743,14 @@ impl PyCarrier {
 
     /// Admit an attempt of a guarded node at once, or take nothing (`None`): the breaker
     /// first (a rejected attempt takes no permit), then the bulkhead
-    /// (`crate::shared::admit_at_once`).
-    fn admit(&self, py: Python<'_>, node: &NodeCall) -> PyResult<Option<Admitted>> {
-        let now: f64 = match &node.breaker {
-            Some(_) => self.monotonic.bind(py).call0()?.extract()?,
-            None => 0.0, // a bulkhead alone reads no clock
-        };
+    /// (`crate::shared::admit_at_once`, which needs no time).
+    fn admit(&self, node: &NodeCall) -> Option<Admitted> {
         let bulkhead = node.bulkhead.as_ref().map(Py::get);
         let breaker = node.breaker.as_ref().map(Py::get);
-        if !admit_at_once(bulkhead, breaker, now) {
-            return Ok(None);
-        }
-        Ok(Some(Admitted {
+        admit_at_once(bulkhead, breaker).then_some(Admitted {
             permit: bulkhead.is_some(),
             breaker: breaker.is_some(),
-        }))
+        })
     }
 
     /// A carried attempt admitted by `admit` is over: its permit goes back (to a waiter,

@@ -32,7 +32,7 @@ use inputs::InputTable;
 use latency::{PyLatency, PyLatencyWindow};
 use policy::{_make_policy, is_number, run_budget, PyPolicy};
 use run::PyRun;
-use shared::{PyBulkhead, PyCircuitBreaker, PyRetryBudget};
+use shared::{PyBulkhead, PyCircuitBreaker, PyGuard, PyRetryBudget};
 use step::StepCatcher;
 
 /// Rust core of sdax_hamilton: policy validation and jitter, graph compilation and
@@ -74,6 +74,7 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBulkhead>()?;
     m.add_class::<PyCircuitBreaker>()?;
     m.add_class::<PyRetryBudget>()?;
+    m.add_class::<PyGuard>()?;
     m.add_class::<PyLatency>()?;
     m.add_class::<PyLatencyWindow>()?;
     m.add_class::<PyHedgeRound>()?;
@@ -83,7 +84,5 @@ fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_number, m)?)?;
     m.add_function(wrap_pyfunction!(step::has_room, m)?)?;
     m.add_function(wrap_pyfunction!(text::join_ascii, m)?)?;
-    m.add_function(wrap_pyfunction!(shared::py_admit_at_once, m)?)?;
-    m.add_function(wrap_pyfunction!(shared::py_end_unprobed, m)?)?;
     Ok(())
 }

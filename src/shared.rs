@@ -9,6 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyFloat, PyString};
+use pyo3::{PyTraverseError, PyVisit};
 
 use sdax_core::shared::{
     Acquire, Admission, Bulkhead, CircuitBreaker, Probe, RetryBudget, SharedError, Transition,
@@ -310,15 +311,8 @@ impl PyCircuitBreaker {
         py: Python<'py>,
         now: f64,
     ) -> PyResult<(Bound<'py, PyAny>, Option<&'static str>)> {
-        let (admission, transition) = locked(&self.inner).admit(now);
-        let a = match admission {
-            Admission::Allowed { probe: None } => py.None().into_bound(py),
-            Admission::Allowed {
-                probe: Some(Probe(p)),
-            } => p.into_pyobject(py)?.into_any(),
-            Admission::Rejected { retry_after } => PyFloat::new(py, retry_after).into_any(),
-        };
-        Ok((a, transition_str(transition)))
+        let (admission, transition, _) = self.admit_now(py, now)?;
+        Ok((admission, transition))
     }
 
     /// The outcome of an admitted attempt (`probe` as `admit` gave it): the transition it
@@ -348,11 +342,31 @@ impl PyCircuitBreaker {
     }
 }
 
-/// What the inline carrier asks of a breaker (src/carry.rs).
+/// What the inline carrier (src/carry.rs) and a node's `Guard` ask of a breaker.
 impl PyCircuitBreaker {
-    /// Admitted at `now` without a probe if closed; `false` changes nothing.
-    pub(crate) fn admit_if_closed(&self, now: f64) -> bool {
-        locked(&self.inner).admit_if_closed(now)
+    /// `admit` at `now`, and the state it left the breaker in.
+    fn admit_now<'py>(
+        &self,
+        py: Python<'py>,
+        now: f64,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<&'static str>, &'static str)> {
+        let mut breaker = locked(&self.inner);
+        let (admission, transition) = breaker.admit(now);
+        let state = breaker.state(now).as_str();
+        drop(breaker);
+        let a = match admission {
+            Admission::Allowed { probe: None } => py.None().into_bound(py),
+            Admission::Allowed {
+                probe: Some(Probe(p)),
+            } => p.into_pyobject(py)?.into_any(),
+            Admission::Rejected { retry_after } => PyFloat::new(py, retry_after).into_any(),
+        };
+        Ok((a, transition_str(transition), state))
+    }
+
+    /// Admitted without a probe if closed; `false` changes nothing.
+    pub(crate) fn admit_if_closed(&self) -> bool {
+        locked(&self.inner).admit_if_closed()
     }
 
     /// The outcome of an attempt admitted by `admit_if_closed`: the transition it caused.
@@ -363,17 +377,16 @@ impl PyCircuitBreaker {
 
 // ------------------------------------------------------------------------ admission at once
 
-/// Admit an attempt at `now` without waiting and without a probe, or take nothing: its
-/// breaker (if any) closed (`CircuitBreaker::admit_if_closed`), then a permit of its
-/// bulkhead (if any) free with nobody queued (`Bulkhead::try_acquire_free`). `false`: the
-/// caller admits it the way that may queue, refuse it or let it through as a probe.
+/// Admit an attempt without waiting and without a probe, or take nothing: its breaker (if
+/// any) closed (`CircuitBreaker::admit_if_closed`, which needs no time), then a permit of
+/// its bulkhead (if any) free with nobody queued (`Bulkhead::try_acquire_free`). `false`:
+/// the caller admits it the way that may queue, refuse it or let it through as a probe.
 pub(crate) fn admit_at_once(
     bulkhead: Option<&PyBulkhead>,
     breaker: Option<&PyCircuitBreaker>,
-    now: f64,
 ) -> bool {
     if let Some(breaker) = breaker {
-        if !breaker.admit_if_closed(now) {
+        if !breaker.admit_if_closed() {
             return false;
         }
     }
@@ -401,27 +414,138 @@ pub(crate) fn end_unprobed(
     Ok((waiter, transition))
 }
 
-/// `admit_at_once` for the driver (python/sdax_hamilton/_executor/guards.py): one crossing.
-#[pyfunction]
-#[pyo3(name = "admit_at_once", signature = (bulkhead, breaker, now))]
-pub(crate) fn py_admit_at_once(
-    bulkhead: Option<PyRef<'_, PyBulkhead>>,
-    breaker: Option<PyRef<'_, PyCircuitBreaker>>,
-    now: f64,
-) -> bool {
-    admit_at_once(bulkhead.as_deref(), breaker.as_deref(), now)
+/// One guarded node's bulkhead and breaker, asked together in one crossing for each attempt
+/// the driver admits (python/sdax_hamilton/_executor/guards.py), as the carrier asks them for
+/// a lone first attempt (src/carry.rs). It is handed the clock (`time.monotonic`, read only
+/// when there is an outcome to give a breaker) and `wake(bulkhead, waiter)`, which wakes the
+/// waiter a permit given back went to (`permits.wake`).
+#[pyclass(frozen, module = "sdax_hamilton._core", name = "Guard")]
+pub(crate) struct PyGuard {
+    bulkhead: Option<Py<PyBulkhead>>,
+    breaker: Option<Py<PyCircuitBreaker>>,
+    clock: Py<PyAny>,
+    wake: Py<PyAny>,
 }
 
-/// `end_unprobed` for the driver: `(waiter or None, transition or None)`.
-#[pyfunction]
-#[pyo3(name = "end_unprobed", signature = (bulkhead, breaker, now, success))]
-pub(crate) fn py_end_unprobed(
-    bulkhead: Option<PyRef<'_, PyBulkhead>>,
-    breaker: Option<PyRef<'_, PyCircuitBreaker>>,
-    now: f64,
-    success: Option<bool>,
-) -> PyResult<(Option<u64>, Option<&'static str>)> {
-    end_unprobed(bulkhead.as_deref(), breaker.as_deref(), now, success)
+impl PyGuard {
+    fn now(&self, py: Python<'_>) -> PyResult<f64> {
+        self.clock.bind(py).call0()?.extract()
+    }
+}
+
+#[pymethods]
+impl PyGuard {
+    #[new]
+    #[pyo3(signature = (bulkhead, breaker, clock, wake))]
+    fn py_new(
+        bulkhead: Option<Py<PyBulkhead>>,
+        breaker: Option<Py<PyCircuitBreaker>>,
+        clock: Py<PyAny>,
+        wake: Py<PyAny>,
+    ) -> Self {
+        PyGuard {
+            bulkhead,
+            breaker,
+            clock,
+            wake,
+        }
+    }
+
+    #[getter]
+    fn bulkhead(&self, py: Python<'_>) -> Option<Py<PyBulkhead>> {
+        self.bulkhead.as_ref().map(|b| b.clone_ref(py))
+    }
+
+    #[getter]
+    fn breaker(&self, py: Python<'_>) -> Option<Py<PyCircuitBreaker>> {
+        self.breaker.as_ref().map(|b| b.clone_ref(py))
+    }
+
+    /// Admit an attempt at once (`admit_at_once`, no clock read): `True` when it holds a
+    /// permit of the bulkhead (if any) and was let through by the closed breaker (if any),
+    /// without a probe; `False` when nothing was taken (the driver admits it the way that
+    /// may queue it, refuse it or let it through as a probe).
+    fn admit(&self) -> bool {
+        admit_at_once(
+            self.bulkhead.as_ref().map(Py::get),
+            self.breaker.as_ref().map(Py::get),
+        )
+    }
+
+    /// An attempt `admit` let through is over (`end_unprobed`): its permit goes back (the
+    /// waiter it went to is woken) and `success` (`None`: nothing to record) to the
+    /// breaker. The breaker's transition, if it made one.
+    #[pyo3(signature = (success))]
+    fn end(&self, py: Python<'_>, success: Option<bool>) -> PyResult<Option<&'static str>> {
+        let breaker = self.breaker.as_ref().map(Py::get);
+        let now = match (breaker, success) {
+            (Some(_), Some(_)) => self.now(py)?,
+            _ => 0.0, // nothing to record
+        };
+        let bulkhead = self.bulkhead.as_ref();
+        let (waiter, transition) = end_unprobed(bulkhead.map(Py::get), breaker, now, success)?;
+        if let (Some(waiter), Some(bulkhead)) = (waiter, bulkhead) {
+            self.wake.bind(py).call1((bulkhead, waiter))?;
+        }
+        Ok(transition)
+    }
+
+    /// The breaker's admission at the clock's time, the way that may refuse an attempt or
+    /// let it through as a probe (`CircuitBreaker.admit`), for an attempt `admit` took
+    /// nothing for: `(admission, transition, state)`, admission `None` (go ahead), an int
+    /// (go ahead as this probe) or a float (refused: `retry_after`); the transition this
+    /// call made (`"half_open"`) or `None`; the breaker's state after it. Without a
+    /// breaker: `(None, None, "closed")`.
+    fn ask<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<(Bound<'py, PyAny>, Option<&'static str>, &'static str)> {
+        match &self.breaker {
+            Some(breaker) => {
+                let now = self.now(py)?;
+                breaker.get().admit_now(py, now)
+            }
+            None => Ok((py.None().into_bound(py), None, "closed")),
+        }
+    }
+
+    /// The outcome of an attempt `ask` let through (`probe` as it gave it) at the clock's
+    /// time: the transition it caused, `"open"` or `"closed"`, else `None` (and without a
+    /// breaker).
+    #[pyo3(signature = (success, probe))]
+    fn record(
+        &self,
+        py: Python<'_>,
+        success: bool,
+        probe: Option<u64>,
+    ) -> PyResult<Option<&'static str>> {
+        match &self.breaker {
+            Some(breaker) => {
+                let now = self.now(py)?;
+                Ok(breaker.get().record(now, success, probe))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(bulkhead) = &self.bulkhead {
+            visit.call(bulkhead)?;
+        }
+        if let Some(breaker) = &self.breaker {
+            visit.call(breaker)?;
+        }
+        visit.call(&self.clock)?;
+        visit.call(&self.wake)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<Guard bulkhead={} breaker={}>",
+            self.bulkhead.is_some(),
+            self.breaker.is_some()
+        )
+    }
 }
 
 // ------------------------------------------------------------------------ RetryBudget

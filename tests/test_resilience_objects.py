@@ -458,27 +458,69 @@ def test_threads_never_exceed_the_budget() -> None:
     assert retries >= 3990
 
 
+def test_the_guard_asks_and_records_at_the_time_of_the_clock_it_is_handed() -> None:
+    from sdax_hamilton import _core
+
+    now = [100.0]
+    breaker = CircuitBreaker(min_calls=1, break_for=5.0, probes=1)
+    guard = _core.Guard(None, breaker._core, lambda: now[0], lambda core, waiter: None)
+    assert guard.ask() == (None, None, "closed")  # closed: no probe
+    assert guard.record(False, None) == "open"
+    assert not guard.admit()
+    admission, transition, state = guard.ask()
+    assert admission == pytest.approx(5.0) and (transition, state) == (None, "open")
+    now[0] = 103.0
+    assert guard.ask()[0] == pytest.approx(2.0)  # retry_after counted on the handed clock
+    now[0] = 105.0
+    probe, transition, state = guard.ask()
+    assert isinstance(probe, int) and (transition, state) == ("half_open", "half_open")
+    refused, transition, state = guard.ask()  # its one probe is out
+    assert isinstance(refused, float) and (transition, state) == (None, "half_open")
+    assert guard.record(True, probe) == "closed"
+    assert guard.admit() and guard.end(True) is None
+    assert breaker._core.outcomes(now[0]) == (1, 0)  # the closed breaker's empty window, then one
+    # Without a breaker there is nothing to ask or tell.
+    bare = _core.Guard(Bulkhead(1)._core, None, lambda: now[0], lambda core, waiter: None)
+    assert bare.ask() == (None, None, "closed") and bare.record(False, None) is None
+
+
 def test_admission_at_once_takes_everything_or_nothing() -> None:
     from sdax_hamilton import _core
 
+    woken: list[tuple[object, int]] = []
+    clock: list[float] = []
+
+    def read_clock() -> float:
+        clock.append(time.monotonic())
+        return clock[-1]
+
+    def wake(core: object, waiter: int) -> None:
+        woken.append((core, waiter))
+
     bulkhead = Bulkhead(1, max_waiting=1)
     breaker = CircuitBreaker(min_calls=1, break_for=60.0)
-    now = time.monotonic()
-    assert _core.admit_at_once(bulkhead._core, breaker._core, now)
+    guard = _core.Guard(bulkhead._core, breaker._core, read_clock, wake)
+    assert guard.admit()
     assert (bulkhead.in_use, bulkhead.waiting) == (1, 0)
+    assert clock == []  # a closed breaker admits without the time
     # The bulkhead full: nothing taken, nobody queued (the driver's own admission queues).
-    assert not _core.admit_at_once(bulkhead._core, breaker._core, now)
+    assert not guard.admit()
     assert (bulkhead.in_use, bulkhead.waiting) == (1, 0)
-    # Over: the permit back, the failure recorded (min_calls=1 opens the breaker).
-    assert _core.end_unprobed(bulkhead._core, breaker._core, now, False) == (None, "open")
+    # Over: the permit back, the failure recorded at the clock's time (min_calls=1 opens
+    # the breaker).
+    assert guard.end(False) == "open"
+    assert len(clock) == 1
     assert bulkhead.in_use == 0 and breaker.state == "open"
     # Open: refused before the bulkhead is asked, which stays untouched.
-    assert not _core.admit_at_once(bulkhead._core, breaker._core, now)
+    assert not guard.admit()
     assert bulkhead.in_use == 0
-    assert _core.admit_at_once(bulkhead._core, None, now)
-    # A permit given back with a waiter queued goes to it.
+    alone = _core.Guard(bulkhead._core, None, read_clock, wake)
+    assert alone.admit()
+    # A permit given back with a waiter queued goes to it, woken through ``wake``; nothing
+    # to record reads no clock.
     assert bulkhead._core.try_acquire() == 0
-    assert _core.end_unprobed(bulkhead._core, None, now, None) == (0, None)
+    assert alone.end(None) is None
+    assert woken == [(bulkhead._core, 0)] and len(clock) == 1
     assert bulkhead._core.claim(0)
     assert bulkhead._core.release() is None
     assert (bulkhead.in_use, bulkhead.waiting) == (0, 0)

@@ -850,6 +850,93 @@ def b(x: int) -> int:
     assert (module.BULKHEAD.in_use, module.BULKHEAD.waiting) == (0, 0)
 
 
+PARALLEL = """
+import asyncio
+from sdax_hamilton import Bulkhead, CircuitBreaker, execution
+
+BULKHEAD = Bulkhead({limit}, max_waiting=8)
+BREAKER = CircuitBreaker(failure_ratio=0.5, min_calls=4, break_for=60.0, name="db")
+FAIL = [False]
+IN_USE: list[int] = []
+
+def src(x: int) -> int:
+    return x
+
+{nodes}
+def join({names}) -> int:
+    return {total}
+"""
+
+PARALLEL_NODE = """
+@execution(bulkhead=BULKHEAD, breaker=BREAKER)
+async def w{i}(src: int) -> int:
+    IN_USE.append(BULKHEAD.in_use)
+    await asyncio.sleep(0)
+    if FAIL[0]:
+        raise ConnectionError("down")
+    return src + {i}
+"""
+
+
+def parallel(make_module: Any, limit: int) -> Any:
+    names = [f"w{i}" for i in range(4)]
+    return make_module(
+        PARALLEL.format(
+            limit=limit,
+            nodes="".join(PARALLEL_NODE.format(i=i) for i in range(4)),
+            names=", ".join(f"{n}: int" for n in names),
+            total=" + ".join(names),
+        )
+    )
+
+
+async def test_parallel_attempts_admitted_at_once_by_the_driver(
+    make_module: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Four attempts started together are not lone: the driver admits each (a permit free,
+    # the breaker closed: at once, in one call into the core) and ends each when it is over.
+    started = _count_driver_starts(monkeypatch)
+    module = parallel(make_module, limit=4)
+    plan = Driver(module).prepare(["join"])
+    assert await plan.execute(inputs={"x": 1}) == {"join": 10}
+    assert sorted(started) == ["w0", "w1", "w2", "w3"]
+    assert module.IN_USE == [4, 4, 4, 4]  # every permit taken before any body ran
+    assert (module.BULKHEAD.in_use, module.BULKHEAD.waiting) == (0, 0)
+    assert module.BREAKER._core.outcomes(time.monotonic()) == (4, 0)
+    # Their failures reach the breaker through the same path. A failing run records at
+    # least its first failure (the attempts its failure cancels are not recorded): by the
+    # fourth, failures are half the outcomes and the breaker opens, logged once.
+    module.FAIL[0] = True
+    with caplog.at_level(logging.INFO, logger="sdax_hamilton"):
+        for _ in range(4):
+            with pytest.raises(ExecutionError) as caught:
+                await plan.execute(inputs={"x": 1})
+            assert isinstance(caught.value.exceptions[0], ConnectionError)
+            if module.BREAKER.state == "open":
+                break
+    assert module.BREAKER.state == "open"
+    opened = [r for r in caplog.records if "circuit breaker 'db' opened" in r.getMessage()]
+    assert len(opened) == 1 and opened[0].levelno == logging.WARNING
+    assert (module.BULKHEAD.in_use, module.BULKHEAD.waiting) == (0, 0)
+
+
+async def test_parallel_attempts_past_the_limit_wait_in_fifo_order(make_module: Any) -> None:
+    # Two permits for four parallel attempts: two admitted at once, two queued in the order
+    # they asked, each called when a permit given back (by an attempt admitted at once)
+    # comes to it.
+    module = parallel(make_module, limit=2)
+    plan = Driver(module).prepare(["join"])
+    events: list[RunEvent] = []
+    assert await plan.execute(inputs={"x": 1}, observer=events.append) == {"join": 10}
+    assert max(module.IN_USE) == 2
+    waiting = [e.node for e in events if e.kind == "bulkhead_waiting"]
+    started = [e.node for e in events if e.kind == "attempt_started" and e.node[0] == "w"]
+    assert len(waiting) == 2
+    assert started[2:] == waiting  # first in, first out
+    assert (module.BULKHEAD.in_use, module.BULKHEAD.waiting) == (0, 0)
+    assert module.BREAKER._core.outcomes(time.monotonic()) == (4, 0)
+
+
 async def test_a_carried_success_that_opens_the_breaker_is_logged(
     make_module: Any, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -210,7 +210,7 @@ proptest! {
                     // and without a transition; refused, nothing changes (the model is not
                     // asked at all).
                     let closed = matches!(model.state, ModelState::Closed);
-                    prop_assert_eq!(cb.admit_if_closed(now), closed);
+                    prop_assert_eq!(cb.admit_if_closed(), closed);
                     if closed {
                         out.push((None, None));
                     }

@@ -73,18 +73,40 @@ Command = tuple[int, int, int, Any]
 """``(op, job, attempt, arg)``: ``arg`` is a float or ``None``, ``CARRIED``'s
 ``HandBack``, or ``CARRIED_BREAKER``'s transition."""
 
-def admit_at_once(bulkhead: Bulkhead | None, breaker: CircuitBreaker | None, now: float) -> bool:
-    """Admit an attempt at once, or take nothing (``False``): ``breaker`` (if any) closed,
-    then a permit of ``bulkhead`` (if any) free with nobody queued. Admitted, it holds the
-    permit and no probe: end it with ``end_unprobed``."""
+@final
+class Guard:
+    """One guarded node's ``bulkhead`` and ``breaker``, asked together in one call per
+    attempt; ``clock`` (``time.monotonic``) is read only when an outcome goes to the
+    breaker; ``wake(bulkhead, waiter)`` wakes the waiter a permit given back went to."""
 
-def end_unprobed(
-    bulkhead: Bulkhead | None, breaker: CircuitBreaker | None, now: float, success: bool | None
-) -> tuple[int | None, str | None]:
-    """An attempt admitted without a probe is over: its permit goes back to ``bulkhead``
-    (if given; ``None`` when it holds none) and ``success`` (unless ``None``) to
-    ``breaker``. ``(waiter the permit went to or None, the breaker's transition or
-    None)``."""
+    def __new__(
+        cls,
+        bulkhead: Bulkhead | None,
+        breaker: CircuitBreaker | None,
+        clock: Callable[[], float],
+        wake: Callable[[Bulkhead, int], object],
+    ) -> Guard: ...
+    @property
+    def bulkhead(self) -> Bulkhead | None: ...
+    @property
+    def breaker(self) -> CircuitBreaker | None: ...
+    def admit(self) -> bool:
+        """Admit an attempt at once, or take nothing (``False``): ``breaker`` (if any)
+        closed (no clock read), then a permit of ``bulkhead`` (if any) free with nobody
+        queued. Admitted, it holds the permit and no probe: end it with ``end``."""
+    def ask(self) -> tuple[int | float | None, str | None, str]:
+        """The breaker's admission at the clock's time (``CircuitBreaker.admit``), for an
+        attempt ``admit`` took nothing for: ``(admission, transition, state)``, admission
+        ``None`` (go ahead), an int (go ahead as this probe) or a float (refused:
+        ``retry_after``); the transition it made (``"half_open"``) or ``None``; the
+        breaker's state after it. Without a breaker: ``(None, None, "closed")``."""
+    def record(self, success: bool, probe: int | None) -> str | None:
+        """The outcome of an attempt ``ask`` let through (``probe`` as it gave it), at the
+        clock's time: the breaker's transition or ``None`` (also without a breaker)."""
+    def end(self, success: bool | None) -> str | None:
+        """An attempt ``admit`` let through is over: its permit goes back to ``bulkhead``
+        (the waiter it went to woken) and ``success`` (unless ``None``) to ``breaker``, at
+        the clock's time; the breaker's transition (``"open"``, ``"closed"``) or ``None``."""
 
 @final
 class HandBack:

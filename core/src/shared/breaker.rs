@@ -188,12 +188,13 @@ impl CircuitBreaker {
         (admission, transition)
     }
 
-    /// Admit an attempt at `now` only if [`CircuitBreaker::admit`] would allow it without a
-    /// probe and without a transition, which is when the circuit is closed; otherwise change
-    /// nothing (`false`): the caller then asks `admit`. What an attempt carried out without
-    /// the driver uses (src/carry.rs); its outcome goes to `record` with no probe.
-    pub fn admit_if_closed(&mut self, now: f64) -> bool {
-        self.clock.advance(now);
+    /// Admit an attempt only if [`CircuitBreaker::admit`] would allow it without a probe and
+    /// without a transition, which is when the circuit is closed; otherwise change nothing
+    /// (`false`): the caller then asks `admit`. No time is needed: only an outcome given to
+    /// `record` closes or opens the circuit, and time moves an open one on, never a closed
+    /// one. What the attempts admitted at once use (src/carry.rs, src/shared.rs); their
+    /// outcome goes to `record` with no probe.
+    pub fn admit_if_closed(&self) -> bool {
         matches!(self.state, State::Closed)
     }
 

@@ -18,8 +18,18 @@ pub const BUCKETS: usize = 64;
 /// Buckets kept: one more than a window, for [`Window::sums_wide`].
 const SLOTS: usize = BUCKETS + 1;
 
+use std::cell::Cell;
+
 #[derive(Clone, Copy, Debug, Default)]
 struct Bucket {
+    index: i64,
+    a: u64,
+    b: u64,
+}
+
+/// [`Window::sums`] over the window ending at bucket `index`.
+#[derive(Clone, Copy, Debug)]
+struct Sums {
     index: i64,
     a: u64,
     b: u64,
@@ -30,6 +40,10 @@ struct Bucket {
 pub(crate) struct Window {
     width: f64,
     buckets: [Bucket; SLOTS],
+    /// The last `sums`, kept while every count since went to its bucket (counted in it
+    /// too): a breaker asks for the sums at every outcome, nearly always in the bucket of
+    /// the one before, and then they are not added up again over every bucket.
+    sums: Cell<Option<Sums>>,
 }
 
 impl Window {
@@ -42,6 +56,7 @@ impl Window {
                 a: 0,
                 b: 0,
             }; SLOTS],
+            sums: Cell::new(None),
         }
     }
 
@@ -50,36 +65,57 @@ impl Window {
         (now / self.width).floor() as i64
     }
 
-    fn bucket(&mut self, now: f64) -> &mut Bucket {
+    /// Count `a` and `b` more in the bucket of `now`. The kept sums follow when they end
+    /// at that bucket; otherwise they are dropped (the count may fall inside their window).
+    fn add(&mut self, now: f64, a: u64, b: u64) {
         let index = self.index(now);
         let slot = index.rem_euclid(SLOTS as i64) as usize;
         let bucket = &mut self.buckets[slot];
         if bucket.index != index {
             *bucket = Bucket { index, a: 0, b: 0 };
         }
-        bucket
+        bucket.a = bucket.a.saturating_add(a);
+        bucket.b = bucket.b.saturating_add(b);
+        let kept = self.sums.get_mut();
+        match kept {
+            Some(sums) if sums.index == index => {
+                sums.a = sums.a.saturating_add(a);
+                sums.b = sums.b.saturating_add(b);
+            }
+            _ => *kept = None,
+        }
     }
 
     pub(crate) fn add_a(&mut self, now: f64) {
-        let b = self.bucket(now);
-        b.a = b.a.saturating_add(1);
+        self.add(now, 1, 0);
     }
 
     pub(crate) fn add_b(&mut self, now: f64) {
-        let b = self.bucket(now);
-        b.b = b.b.saturating_add(1);
+        self.add(now, 0, 1);
     }
 
     /// The sums of `a` and `b` over the window ending at `now`.
     pub(crate) fn sums(&self, now: f64) -> (u64, u64) {
         let current = self.index(now);
+        if let Some(sums) = self.sums.get() {
+            if sums.index == current {
+                return (sums.a, sums.b);
+            }
+        }
         let oldest = current.saturating_sub(BUCKETS as i64 - 1);
-        self.buckets
+        let (a, b) = self
+            .buckets
             .iter()
             .filter(|b| b.index != i64::MIN && b.index >= oldest && b.index <= current)
             .fold((0u64, 0u64), |(a, b), x| {
                 (a.saturating_add(x.a), b.saturating_add(x.b))
-            })
+            });
+        self.sums.set(Some(Sums {
+            index: current,
+            a,
+            b,
+        }));
+        (a, b)
     }
 
     /// The sum of `a` over the window ending at `now`, as `sums`; the sum of `b` over it and
@@ -98,12 +134,51 @@ impl Window {
     }
 
     pub(crate) fn clear(&mut self) {
+        *self.sums.get_mut() = None;
         for b in &mut self.buckets {
             *b = Bucket {
                 index: i64::MIN,
                 a: 0,
                 b: 0,
             };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The sums added up over every bucket, as `sums` does when it keeps none.
+    fn added_up(w: &Window, now: f64) -> (u64, u64) {
+        let current = w.index(now);
+        let oldest = current.saturating_sub(BUCKETS as i64 - 1);
+        w.buckets
+            .iter()
+            .filter(|b| b.index != i64::MIN && b.index >= oldest && b.index <= current)
+            .fold((0, 0), |(a, b), x| (a + x.a, b + x.b))
+    }
+
+    proptest! {
+        /// The kept sums are always the sums added up, whatever the order of counts,
+        /// questions and clearings, with time going forward or back (times drawn from a
+        /// few buckets, so that each bucket is asked about again).
+        #[test]
+        fn kept_sums_are_the_sums_added_up(
+            ops in prop::collection::vec((0u8..7, 0i64..80, 0.0f64..1.0), 1..300)
+        ) {
+            let mut w = Window::new(1.0);
+            let width = 1.0 / BUCKETS as f64;
+            for (op, bucket, within) in ops {
+                let now = (bucket as f64 + within * 0.99) * width;
+                match op {
+                    0 | 1 => w.add_a(now),
+                    2 | 3 => w.add_b(now),
+                    4 => w.clear(),
+                    _ => prop_assert_eq!(w.sums(now), added_up(&w, now)),
+                }
+            }
         }
     }
 }

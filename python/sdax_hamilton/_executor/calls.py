@@ -311,8 +311,11 @@ class Calls:
             return False
         if job.node.hedge is not None:
             self.hedger().number(attempt)
-        if self.guards().admit(attempt):  # else rejected, or waiting for a permit
-            self.call(attempt, job, kwargs)
+        if not self.guards().admit(attempt):
+            return True  # rejected, or waiting for a permit (called when it comes)
+        if job.node.hedge is None and not self.watching:
+            return False  # admitted, nothing to report: ``_start`` calls it, as any other
+        self.call(attempt, job, kwargs)
         return True
 
     def call(self, attempt: Attempt, job: Job, kwargs: dict[str, Any]) -> None:

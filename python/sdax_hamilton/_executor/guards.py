@@ -1,36 +1,37 @@
 """The shared objects at work in one run (docs/resilience.md): a guarded attempt is
 admitted by its breaker, then by its bulkhead, before its call; it gives its permit back
-and its outcome to the breaker once it has ended and drained; a node that has failed for
-good falls back.
+and its outcome to the breaker once it has ended and drained. A node that has failed for
+good falls back (``fallbacks.py``).
 
 The rules are the core's: whether a breaker lets an attempt through and what an outcome
 does to it, who gets a permit and in which order (core/src/shared/), whether a retry fits
 the budget and when a fallback is called (core/src/run.rs). This module carries them
-out: it reads the clock for them, parks a waiting attempt until its permit comes, and
-wakes the waiter a released permit goes to, on whatever loop or thread it waits.
+out: it parks a waiting attempt until its permit comes, and wakes the waiter a released
+permit goes to, on whatever loop or thread it waits.
 
-A lone first attempt that can be admitted at once (its breaker closed, a permit free) is
-admitted, called and, if it is over without the driver, ended by the core's ``Run`` itself
-(src/carry.rs); the driver sees such an attempt only when it is handed back (``carried``),
-when a permit it gave back went to a waiter (``wake``), or when its success changed its
-breaker's state (``carried_transition``).
+Most attempts are admitted at once (the breaker closed, a permit free): one call into the
+node's ``_core.Guard`` admits such an attempt and one ends it, the clock read there; it
+holds the shared ``AT_ONCE`` record. A lone first attempt admitted so is admitted, called
+and, if it is over without the driver, ended by the core's ``Run`` itself (src/carry.rs);
+the driver sees such an attempt only when it is handed back (``carried``), when a permit
+it gave back went to a waiter (``wake``), or when its success changed its breaker's state
+(``carried_transition``). Any other attempt is admitted by ``_admit``, which may queue
+it, refuse it or let it through as a probe.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
 from collections.abc import Sequence
-from typing import Any, Final, Protocol, cast
+from typing import Any, Final, Protocol
 
 from .. import _core
-from .._failures import add_note_once
 from .._resilience import Bulkhead, BulkheadFull, CircuitBreaker, CircuitOpen
-from .._types import checker, invalid_output
 from .attempts import Attempt, AttemptState, EventKind
 from .calls_seen import CallsSeen
+from .fallbacks import FallbackOutcomes, Fallbacks
 from .jobs import Job
 from .permits import _lock, _wakers, give_back, wake
 from .runtime import NodeRuntime
@@ -48,26 +49,13 @@ class RunCalls(CallsSeen, Protocol):
     def returned(self, attempt: Attempt, result: Any) -> None: ...
 
 
-class FallbackOutcomes(Protocol):
-    """How a fallback's ending reaches the run's ``outcomes.Outcomes`` (a protocol, as
-    ``RunCalls``)."""
-
-    def fallback_used(self, attempt: Attempt, value: Any, original: BaseException) -> None: ...
-    def fallback_failed(self, attempt: Attempt, error: BaseException) -> None: ...
-
-
 logger = logging.getLogger("sdax_hamilton")
 
-_monotonic: Final = time.monotonic
-_admit_at_once: Final = _core.admit_at_once
-_end_unprobed: Final = _core.end_unprobed
 _RAISED: Final = EventKind.RAISED
 _UNSTARTED: Final = EventKind.UNSTARTED
 _PERMIT: Final = EventKind.PERMIT
-_FELL_BACK: Final = EventKind.FELL_BACK
 _CANCELLED: Final = AttemptState.CANCELLED
 _TIMED_OUT: Final = AttemptState.TIMED_OUT
-_TERMINATION: Final = (KeyboardInterrupt, SystemExit)
 
 
 def breaker_name(breaker: CircuitBreaker, nodes: Sequence[NodeRuntime]) -> str:
@@ -100,47 +88,48 @@ class Held:
         self.timer: asyncio.TimerHandle | None = None  # the run's deadline, while waiting
 
 
+AT_ONCE: Final = Held()
+"""What an attempt admitted at once holds (``_core.Guard.admit``; shared, never changed): a
+permit of its node's bulkhead, if any, and its node's closed breaker's admission, if any,
+without a probe; its node's ``guard`` ends it (``Guard.end``)."""
+
+
 class Guards:
     """One run's side of its shared objects (made when a guarded attempt first starts)."""
 
-    __slots__ = ("_calls", "_loop", "held", "rejections", "waited")
+    __slots__ = ("_calls", "_fallbacks", "_loop", "held")
 
     def __init__(self, calls: RunCalls, loop: asyncio.AbstractEventLoop) -> None:
         # A proxy: the run's ``Calls`` holds its guards, which must not hold it back (a
         # run leaves no reference cycle, tests/test_driver_memory.py).
-        self._calls: RunCalls = cast("RunCalls", weakref.proxy(calls))
+        self._calls: RunCalls = weakref.proxy(calls)
         self._loop = loop
+        self._fallbacks: Fallbacks | None = None  # made when the core first says FALLBACK
         self.held: dict[Attempt, Held] = {}
-        self.waited: dict[int, float] = {}  # job -> seconds spent waiting for permits
-        self.rejections: dict[int, int] = {}  # job -> attempts rejected without a call
 
     # ------------------------------------------------------------------ admission
 
     def admit(self, attempt: Attempt) -> bool:
         """Admit ``attempt`` before its call: ``True`` to call it now; ``False`` when it
         was rejected (its failure is queued) or waits for a permit (called when granted).
-        An open breaker is asked first: a rejected attempt takes no permit."""
+        At once (the breaker closed, a permit free) in one call into the core; otherwise
+        nothing was taken and ``_admit`` asks again, the way that may queue it, refuse it
+        or let it through as a probe (a node with hedging alone holds nothing)."""
+        guard = attempt.job.node.guard
+        if guard is None or guard.admit():
+            self.held[attempt] = AT_ONCE
+            return True
+        return self._admit(attempt)
+
+    def _admit(self, attempt: Attempt) -> bool:
+        """``admit``, when not at once. An open breaker is asked first: a rejected attempt
+        takes no permit."""
         node = attempt.job.node
         held = Held()
         breaker = node.breaker
         bulkhead = node.bulkhead
-        # At once (the breaker closed, a permit free) in one call; otherwise nothing was
-        # taken and the attempt is admitted below, where it may queue, be refused or be
-        # let through as a probe.
-        if _admit_at_once(
-            None if bulkhead is None else bulkhead._core,
-            None if breaker is None else breaker._core,
-            _monotonic(),
-        ):
-            if bulkhead is not None:
-                held.bulkhead = bulkhead
-                held.permit = True
-            if breaker is not None:
-                held.state = "closed"
-            self.held[attempt] = held
-            return True
-        if breaker is not None:
-            admission, transition = breaker._core.admit(_monotonic())
+        if breaker is not None and node.guard is not None:
+            admission, transition, state = node.guard.ask()
             if transition is not None:
                 self._transition(breaker, transition)
             if isinstance(admission, float):
@@ -150,7 +139,7 @@ class Guards:
                     admission,
                     breaker,
                 )
-                state = "half_open" if breaker._core.state(_monotonic()) == "half_open" else "open"
+                state = "half_open" if state == "half_open" else "open"
                 self._reject(attempt, error, "circuit_rejected", None, state)
                 return False
             held.probe = admission  # a probe ticket, or None
@@ -194,15 +183,8 @@ class Guards:
     def carried(self, attempt: Attempt) -> None:
         """The core's ``Run`` admitted ``attempt`` and handed it back (src/carry.rs): it
         holds a permit of its node's bulkhead, if any, and its node's breaker, if any, let
-        it through closed; it ends as one the driver admitted (``ended``)."""
-        held = Held()
-        node = attempt.job.node
-        if node.bulkhead is not None:
-            held.bulkhead = node.bulkhead
-            held.permit = True
-        if node.breaker is not None:
-            held.state = "closed"
-        self.held[attempt] = held
+        it through closed; it ends as one the driver admitted at once (``ended``)."""
+        self.held[attempt] = AT_ONCE
 
     def carried_transition(self, job: int, transition: str) -> None:
         """The success of an attempt of ``job`` the core's ``Run`` carried out changed its
@@ -220,9 +202,7 @@ class Guards:
         state: str | None,
     ) -> None:
         """The attempt fails at once with ``error``, without a call."""
-        job = attempt.id
-        self.rejections[job] = self.rejections.get(job, 0) + 1
-        self._calls.report().rejected(job, attempt.number + 1, kind, error)
+        self._calls.report().rejected(attempt.id, attempt.number + 1, kind, error)
         self._rejected(attempt, error, wait, state)
 
     def _rejected(
@@ -280,6 +260,12 @@ class Guards:
         held = self.held.get(attempt)
         if held is None:  # pragma: no cover - admitted attempts are held
             return None, None
+        if held is AT_ONCE:
+            node = attempt.job.node
+            return (
+                None if node.bulkhead is None else 0.0,
+                None if node.breaker is None else "closed",
+            )
         return (None if held.bulkhead is None else held.waited), held.state
 
     def permit(self, attempt: Attempt, granted: bool) -> None:
@@ -295,7 +281,6 @@ class Guards:
         bulkhead = held.bulkhead
         assert bulkhead is not None
         waited = self._loop.time() - held.since
-        self.waited[attempt.id] = self.waited.get(attempt.id, 0.0) + waited
         if granted:
             with _lock:
                 claimed = bulkhead._core.claim(waiter)
@@ -323,7 +308,6 @@ class Guards:
         waiter, held.waiter = held.waiter, None
         if held.timer is not None:
             held.timer.cancel()
-        self.waited[attempt.id] = self.waited.get(attempt.id, 0.0) + self._loop.time() - held.since
         if held.bulkhead is not None and waiter is not None:
             self._leave(held.bulkhead, waiter)
         self._forget_probe(attempt, held)
@@ -340,6 +324,11 @@ class Guards:
         """The run's bookkeeping failed: give back everything still held."""
         for attempt in list(self.held):
             held = self.held.pop(attempt)
+            if held is AT_ONCE:
+                guard = attempt.job.node.guard
+                if guard is not None:
+                    guard.end(None)
+                continue
             if held.timer is not None:
                 held.timer.cancel()
             if held.waiter is not None and held.bulkhead is not None:
@@ -355,32 +344,27 @@ class Guards:
         the breaker (``success``: ``True``/``False``; ``None``: nothing to record, a
         cancellation or an exception the node's policy does not retry)."""
         held = self.held.pop(attempt, None)
+        if held is AT_ONCE:  # one call into the core
+            node = attempt.job.node
+            guard = node.guard
+            if guard is not None:
+                transition = guard.end(success)
+                if transition is not None and node.breaker is not None:
+                    self._transition(node.breaker, transition)
+            return
         if held is None:
             return  # rejected: it held nothing
-        breaker = attempt.job.node.breaker
-        if held.probe is None:  # no probe ticket to hand back: one call
-            bulkhead = held.bulkhead if held.permit else None
-            waiter, transition = _end_unprobed(
-                None if bulkhead is None else bulkhead._core,
-                None if breaker is None else breaker._core,
-                _monotonic(),
-                success,
-            )
-            if waiter is not None and bulkhead is not None:
-                wake(bulkhead._core, waiter)
-            if transition is not None and breaker is not None:
-                self._transition(breaker, transition)
-            return
+        node = attempt.job.node
         if held.permit and held.bulkhead is not None:
             give_back(held.bulkhead)
-        if breaker is None:
+        if node.breaker is None or node.guard is None:
             return
         if success is None:
             self._forget_probe(attempt, held)
             return
-        transition = breaker._core.record(_monotonic(), success, held.probe)
+        transition = node.guard.record(success, held.probe)
         if transition is not None:
-            self._transition(breaker, transition)
+            self._transition(node.breaker, transition)
 
     def _forget_probe(self, attempt: Attempt, held: Held) -> None:
         probe, held.probe = held.probe, None
@@ -417,86 +401,15 @@ class Guards:
     def fall_back(
         self, attempt: Attempt, original: BaseException, outcomes: FallbackOutcomes
     ) -> None:
-        """The core said FALLBACK: call the node's fallback once with its failure."""
-        job = attempt.job
-        fallback = job.node.fallback
-        assert fallback is not None  # the core names only jobs that have one
-        if logger.isEnabledFor(logging.WARNING):
-            logger.warning(
-                "%s failed for good with %s: %s; using its fallback",
-                job.subject,
-                type(original).__qualname__,
-                original,
-                extra={"run_id": self._calls.report().run_id, "node": job.name},
-            )
-        try:
-            result = fallback(original)
-        except BaseException as error:
-            self.fallback_failed(attempt, original, error, outcomes)
-            return
-        if asyncio.iscoroutine(result) or asyncio.isfuture(result) or hasattr(result, "__await__"):
-            running = Attempt(job, attempt.number, None)
-            running.aw = result
-            running.state = AttemptState.RUNNING
-            self._calls.table.add(running)
-            self._calls.table.live += 1
-            running.task = self._loop.create_task(self._await_fallback(running, original))
-            return
-        self.fallback_returned(attempt, original, result, outcomes)
-
-    async def _await_fallback(self, running: Attempt, original: BaseException) -> None:
-        table = self._calls.table
-        try:
-            value = await running.aw
-        except BaseException as error:  # never let anything escape a task
-            table.live -= 1
-            table.post((_FELL_BACK, running, (True, error, original)))
-            del running  # error's traceback holds this frame: not the attempt and its task
-        else:
-            table.live -= 1
-            table.post((_FELL_BACK, running, (False, value, original)))
+        """The core said FALLBACK: the node's fallback is called (``fallbacks.py``)."""
+        fallbacks = self._fallbacks
+        if fallbacks is None:
+            fallbacks = self._fallbacks = Fallbacks(self._calls, self._loop)
+        fallbacks.fall_back(attempt, original, outcomes)
 
     def fell_back(
         self, running: Attempt, outcome: tuple[bool, Any, BaseException], outcomes: FallbackOutcomes
     ) -> None:
-        """An async fallback ended (``(raised, value or error, original failure)``)."""
-        self._calls.table.end(running)
-        raised, payload, original = outcome
-        if running.state >= _CANCELLED:  # the run stopped meanwhile
-            self._calls.report().attempt_cancelled(running.id, running.number + 1)
-            self._calls.execute(self._calls.run.drained(running.id))
-            return
-        if raised:
-            self.fallback_failed(running, original, payload, outcomes)
-        else:
-            self.fallback_returned(running, original, payload, outcomes)
-
-    def fallback_returned(
-        self, attempt: Attempt, original: BaseException, value: Any, outcomes: FallbackOutcomes
-    ) -> None:
-        node = attempt.job.node
-        check = checker(node.output_type)
-        try:
-            ok = check is None or check(value)
-        except BaseException as broken:
-            self.fallback_failed(attempt, original, broken, outcomes)
-            return
-        if not ok:
-            error: BaseException = invalid_output(node.name, node.origin, node.output_type, value)
-            add_note_once(error, f"sdax_hamilton: node {node.name!r}: the value of its fallback")
-            self.fallback_failed(attempt, original, error, outcomes)
-            return
-        outcomes.fallback_used(attempt, value, original)
-
-    def fallback_failed(
-        self,
-        attempt: Attempt,
-        original: BaseException,
-        error: BaseException,
-        outcomes: FallbackOutcomes,
-    ) -> None:
-        """The fallback raised ``error`` (or its value failed the check): the node fails
-        with it, the original failure as its cause."""
-        if error is not original and not isinstance(error, _TERMINATION):
-            error.__cause__ = original
-        outcomes.fallback_failed(attempt, error)
+        """An async fallback ended (``Fallbacks.fell_back``)."""
+        assert self._fallbacks is not None  # it was awaited by the run's ``Fallbacks``
+        self._fallbacks.fell_back(running, outcome, outcomes)

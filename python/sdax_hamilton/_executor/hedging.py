@@ -37,7 +37,6 @@ class RunCalls(CallsSeen, Protocol):
 
 
 _monotonic: Final = time.monotonic
-_admit_at_once: Final = _core.admit_at_once
 _isawaitable: Final = inspect.isawaitable
 
 
@@ -354,15 +353,11 @@ class Hedger:
                 return None
             if timeout is None or left < timeout:
                 timeout, clipped = left, True
-        breaker = node.breaker
         bulkhead = node.bulkhead
+        guard = node.guard
         # Its breaker closed and a permit free, or no hedge: never a probe, never queued
         # (the core's admission at once, which takes nothing when it refuses).
-        if not _admit_at_once(
-            None if bulkhead is None else bulkhead._core,
-            None if breaker is None else breaker._core,
-            _monotonic(),
-        ):
+        if guard is not None and not guard.admit():
             round_.skip_hedge(now, after)
             return None
         permit = bulkhead is not None

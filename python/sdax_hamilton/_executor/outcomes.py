@@ -19,6 +19,7 @@ from .attempts import Attempt, AttemptState, Event, EventKind
 from .cache import MISSED, CacheRun
 from .calls import Calls
 from .failures import Failures
+from .guards import Guards
 from .reporter import Reporter
 
 _CoroutineType: Final = types.CoroutineType
@@ -44,6 +45,7 @@ class Outcomes:
         "_calls",
         "_execute",
         "_failures",
+        "_guards",
         "_kwargs",
         "_plain",
         "_run",
@@ -65,6 +67,7 @@ class Outcomes:
         # first branch.
         self._plain = calls.cache is None and not calls.watching
         self._failures: Failures | None = None
+        self._guards: Guards | None = None  # the run's ``Calls.guards()``, once an attempt ends
 
     def _report(self) -> Reporter:
         return self._calls.report()
@@ -197,7 +200,10 @@ class Outcomes:
         its success to the breaker (``guards.py``)."""
         self._table.end(attempt)
         if attempt.job.guarded:
-            self._calls.guards().ended(attempt, attempt.state < _CANCELLED or None)
+            guards = self._guards
+            if guards is None:
+                guards = self._guards = self._calls.guards()
+            guards.ended(attempt, attempt.state < _CANCELLED or None)
 
     def _looked_up(self, cache: CacheRun, attempt: Attempt, value: Any) -> bool:
         """If ``attempt`` was a lookup (``cache.py``), carry out how it ended: a miss

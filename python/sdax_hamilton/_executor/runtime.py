@@ -66,6 +66,19 @@ class NodeRuntime:
     """Its value once it has failed for good, unless the run is stopping."""
     hedge: Hedging | None = None
     """Its hedged rounds (``hedging.py``), when ``execution(hedge_after=)`` names them."""
+    guard: _core.Guard | None = None
+    """Its bulkhead and breaker as the core asks them for each attempt the driver admits
+    (``guards.py``); made from them when not given."""
+
+    def __post_init__(self) -> None:
+        if self.guard is None and (self.bulkhead is not None or self.breaker is not None):
+            guard = _core.Guard(
+                None if self.bulkhead is None else self.bulkhead._core,
+                None if self.breaker is None else self.breaker._core,
+                time.monotonic,
+                wake,
+            )
+            object.__setattr__(self, "guard", guard)  # a frozen dataclass's derived field
 
 
 def carrier_of(nodes: Sequence[NodeRuntime]) -> _core.Carrier:
