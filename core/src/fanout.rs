@@ -487,18 +487,7 @@ impl Run {
     /// `begin_shutdown` for a run with fan-outs: the same rule over plan and grown jobs.
     pub(super) fn fan_shutdown(&mut self, out: &mut Vec<Command>) {
         let n = self.jobs.len();
-        let plan = Arc::clone(&self.plan);
-        self.rels = (0..n)
-            .map(|i| Job {
-                state: if plan.releases[self.tpl(i)].is_some() && self.jobs[i].attempts > 0 {
-                    JobState::Waiting
-                } else {
-                    JobState::NotOwed
-                },
-                attempts: 0,
-                remaining: 0,
-            })
-            .collect();
+        self.rels = self.release_jobs();
         self.outstanding = self.owed;
         for j in self.jobs.iter_mut() {
             j.remaining = 0;

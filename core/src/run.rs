@@ -329,6 +329,22 @@ impl Run {
 
     /// The plan job whose node a job runs: itself, or the template of a grown job.
     #[inline]
+    /// One release job per job: owed (`Waiting`) where the job's template has a release
+    /// and the job was attempted, `NotOwed` otherwise.
+    fn release_jobs(&self) -> Vec<Job> {
+        (0..self.jobs.len())
+            .map(|i| Job {
+                state: if self.plan.releases[self.tpl(i)].is_some() && self.jobs[i].attempts > 0 {
+                    JobState::Waiting
+                } else {
+                    JobState::NotOwed
+                },
+                attempts: 0,
+                remaining: 0,
+            })
+            .collect()
+    }
+
     fn tpl(&self, job: usize) -> usize {
         if job < self.base {
             job
@@ -1084,17 +1100,7 @@ impl Run {
             self.fan_shutdown(out);
             return Ok(());
         }
-        self.rels = (0..n)
-            .map(|i| Job {
-                state: if plan.releases[i].is_some() && self.jobs[i].attempts > 0 {
-                    JobState::Waiting
-                } else {
-                    JobState::NotOwed
-                },
-                attempts: 0,
-                remaining: 0,
-            })
-            .collect();
+        self.rels = self.release_jobs();
         self.outstanding = self.owed;
         let mut ready: Vec<u32> = Vec::new();
         for i in 0..n {

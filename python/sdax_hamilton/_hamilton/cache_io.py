@@ -219,9 +219,7 @@ class _Writer:
 
     def write(self, data: Any) -> int:
         self._pace()
-        view = memoryview(data)
-        if view.ndim != 1 or view.itemsize != 1:
-            view = view.cast("B")
+        view = _bytes_of(data)
         size = view.nbytes
         done = 0
         while done < size:
@@ -230,6 +228,14 @@ class _Writer:
                 raise OSError(f"writing the cache's result file wrote nothing at byte {done}")
             done += written
         return size
+
+
+def _bytes_of(buffer: Any) -> memoryview:
+    """``buffer`` as a flat view of bytes (a pickle buffer may be an array's memory)."""
+    view = memoryview(buffer)
+    if view.ndim != 1 or view.itemsize != 1:
+        view = view.cast("B")
+    return view
 
 
 class _Reader:
@@ -258,9 +264,7 @@ class _Reader:
         return line
 
     def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer)
-        if view.ndim != 1 or view.itemsize != 1:
-            view = view.cast("B")
+        view = _bytes_of(buffer)
         size = view.nbytes
         done = 0
         while done < size:
