@@ -749,7 +749,10 @@ class Items:
                     self._hand_off(flight, _RAISED, exc, flight.state)
                     return
                 del flights[flight.job]
-                if flight.state is not _RUNNING_STATE:  # the core cancelled it meanwhile
+                if flight.state is not _RUNNING_STATE or calls.table.events:
+                    # The core cancelled it meanwhile, or outcomes the core has not heard
+                    # yet wait in the coordinator's queue (another item's failure, say):
+                    # this one follows them there, so the core hears of them in order.
                     calls.table.live -= 1
                     self._hand_off(flight, _RETURNED, value, flight.state)
                     return
