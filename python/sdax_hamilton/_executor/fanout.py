@@ -25,6 +25,7 @@ import asyncio
 import bisect
 import dataclasses
 import inspect
+import itertools
 import types
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
@@ -73,10 +74,20 @@ _CANCELLED_STATE: Final = AttemptState.CANCELLED
 _CANCEL_MISSED_STATE: Final = AttemptState.CANCEL_MISSED
 _CoroutineType: Final = types.CoroutineType
 _isawaitable: Final = inspect.isawaitable
-# What ``Sources._call`` came to.
+# What a call of an item's node came to, when not its value (``Items._settled``).
 _AWAIT: Final = object()
-_VALUE: Final = object()
 _HANDED: Final = object()
+_MISSING: Final = object()
+_UNCALLED: Final = object()  # ``Items._go``: the node is yet to be called
+
+
+def _passes(check: Callable[[Any], bool], value: Any) -> bool:
+    """Whether ``value`` passes an output check; one that raises fails it (the driver checks
+    it again, and reports what it raised)."""
+    try:
+        return check(value)
+    except BaseException:
+        return False
 
 
 class _Branch:
@@ -87,8 +98,8 @@ class _Branch:
     carries out to their end never gets one (``RunJobs.__getitem__`` makes it on demand)."""
 
     __slots__ = (
-        "args", "call", "carried", "checks", "fan", "fields", "job", "name", "output_check",
-        "pos", "positional", "renamed",
+        "after", "args", "call", "carried", "checks", "fan", "fields", "job", "name",
+        "output_check", "own", "pos", "positional", "renamed",
     )  # fmt: skip
 
     def __init__(
@@ -127,6 +138,12 @@ class _Branch:
             and carried
             and not (job.guarded or node.release is not None or self.renamed is not None)
         )
+        # The item's next node of the branch (``RunJobs.__init__``), when it may be carried
+        # too: what an item's task goes on with after this node (``Items._go``).
+        self.after: _Branch | None = None
+        # Its arguments' keys when each is its item's own value read by this node alone and
+        # unchecked (``RunJobs.carried_args`` takes them out of the values at once).
+        self.own: tuple[str, ...] | None = None
 
     def grown(self, item: int, job_id: int) -> Job:
         template = self.job
@@ -197,6 +214,15 @@ class RunJobs(list[Any]):
                         reads[key] = reads.get(key, 0) + 1
             self._reads.append(tuple((key, n) for key, n in reads.items() if n > 1))
             self._once.update(key for key, n in reads.items() if n == 1)
+            for branch, after in itertools.pairwise(branches):
+                if after.carried:
+                    branch.after = after
+        for branches in self._branches:
+            for branch in branches:
+                if not branch.checks and all(
+                    per and key in self._once for _kw, key, per in branch.args
+                ):
+                    branch.own = tuple(key for _kw, key, _per in branch.args)
         self._collects = {fan.collect: f for f, fan in enumerate(fan_outs)}
         self.fan_of = {fan.source: f for f, fan in enumerate(fan_outs)}  # by source job
         self.source_names = [plan_jobs[fan.source].name for fan in fan_outs]
@@ -340,6 +366,17 @@ class RunJobs(list[Any]):
         item's nodes is yet to read dropped; ``None`` when they cannot be passed so (a
         value missing, a check failing or raising: nothing is dropped, and ``arguments``
         reads them again for the driver, which reports)."""
+        owned = branch.own
+        if owned is not None:  # each its item's own, read by this node alone: taken out now
+            suffix = f"[{item}]"
+            if len(owned) == 1:
+                got = values.pop(owned[0] + suffix, _MISSING)
+                return None if got is _MISSING else [got]
+            keys = [key + suffix for key in owned]
+            if not all(key in values for key in keys):
+                return None
+            pop = values.pop
+            return [pop(key) for key in keys]
         read = []
         once: list[str] = []  # read by this node only
         counted: list[str] = []  # read by others of the item too
@@ -370,7 +407,7 @@ class Sources:
     ``items`` carry out the items' nodes (``Items``)."""
 
     __slots__ = (
-        "__weakref__", "_abandoned", "_calls", "_closing", "_draws", "_its", "_jobs",
+        "__weakref__", "_abandoned", "_calls", "_closing", "_draws", "_here", "_its", "_jobs",
         "_values", "cancel", "cancel_all", "carry", "items",
     )  # fmt: skip
 
@@ -388,6 +425,9 @@ class Sources:
         self._jobs = jobs
         self._values = values
         self._its: dict[int, Iterator[Any] | AsyncIterator[Any] | None] = {}
+        # Sync sources with a bound, by job: an item's end draws the next item from one
+        # in the item's task (``draw_here``).
+        self._here: dict[int, Iterator[Any]] = {}
         self._draws: dict[int, asyncio.Task[None]] = {}  # in flight from async sources
         self._closing: set[int] = set()  # whose task in ``_draws`` is an ``aclose()``
         self._abandoned = False  # ``salvage``: nothing more is reported to the core
@@ -401,13 +441,13 @@ class Sources:
         """An item's end freed the place the DRAW of ``item`` from ``job``'s source is for:
         from a sync source with a bound, it is drawn now, in the item's task, as the
         coordinator would have (``True``)."""
-        it = self._its.get(job)
-        if it is None or hasattr(it, "__anext__"):
+        it = self._here.get(job)
+        if it is None:
             return False
-        jobs = self._jobs
-        if jobs.fan_outs[jobs.fan_of[job]].limit is None:
-            return False
-        self._draw((job, item))
+        if self._abandoned or self._calls.run.aborted:
+            self._draw((job, item))  # which says what then
+        else:
+            self._next_of(job, item, it)
         return True
 
     def execute(self, op: int, job: int, item: int) -> None:
@@ -439,6 +479,8 @@ class Sources:
                 it = source.__aiter__()
             else:
                 it = iter(source)
+                if self._jobs.fan_outs[self._jobs.fan_of[job]].limit is not None:
+                    self._here[job] = it
             self._its[job] = it
         return it
 
@@ -451,6 +493,10 @@ class Sources:
             # Stopped while this draw waited in the queue: nothing is drawn; the core drops
             # the "item" and has the source closed.
             self._calls.execute(run.drawn(job, True))
+            return
+        here = self._here.get(job)
+        if here is not None:
+            self._next_of(job, item, here)
             return
         it = self._its.get(job)
         if it is None:
@@ -467,6 +513,10 @@ class Sources:
             # (STOP_DRAW at once) runs none of its own code, but its callbacks run.
             task.add_done_callback(lambda done: self._draw_done(job, item, done))
             return
+        self._next_of(job, item, it)
+
+    def _next_of(self, job: int, item: int, it: Iterator[Any]) -> None:
+        """Draw ``item`` from ``job``'s sync source ``it``, now."""
         try:
             value = next(it)
         except StopIteration:
@@ -513,6 +563,14 @@ class Sources:
             self._values[f"{jobs.source_names[f]}[{item}]"] = value
             commands = run.drawn(job, True)
             jobs.grow(f)
+            if len(commands) == 1:  # the item's first START, most often
+                op, first, attempt, timeout = commands[0]
+                if (
+                    op == _START
+                    and first >= jobs.firsts[f][-1]
+                    and self.items.carry(first, attempt, timeout, item)
+                ):
+                    return
         else:
             commands = run.drawn(job, has)
         calls.execute(commands)
@@ -544,6 +602,7 @@ class Sources:
         return f
 
     def _source(self, job: int) -> Any:
+        self._here.pop(job, None)
         it: Any = self._its.pop(job, None)
         if it is None:  # never drawn from: the source object itself may be a generator
             it = self._values.get(self._jobs[job].name)
@@ -656,9 +715,10 @@ class Items:
         self._flights: dict[int, _Flight] = {}
         self._run = calls.run  # the core's Run refers to nothing of the driver's
 
-    def carry(self, job: int, attempt: int, timeout: float | None) -> bool:
-        """Carry out START ``job`` (``attempt``, ``timeout``) if it may be; else ``False``
-        and the driver carries it out (``Calls._start``)."""
+    def carry(self, job: int, attempt: int, timeout: float | None, item: int | None = None) -> bool:
+        """Carry out START ``job`` (``attempt``, ``timeout``; of ``item``, when the caller
+        knows) if it may be; else ``False`` and the driver carries it out
+        (``Calls._start``)."""
         jobs = self._jobs
         if (
             attempt
@@ -670,69 +730,36 @@ class Items:
         branch = list.__getitem__(jobs, job)
         if type(branch) is not _Branch or not branch.carried:
             return False
-        item = bisect.bisect_right(jobs.firsts[branch.fan], job) - 1
+        if item is None:
+            item = bisect.bisect_right(jobs.firsts[branch.fan], job) - 1
         args = jobs.carried_args(branch, item, self._values)
         if args is None:
             return False
         flight = _Flight(job, branch, item, args)
-        called, payload = self._call(flight)
-        if called is _AWAIT:
-            flight.aw = payload
+        if self._go(flight, _UNCALLED, False):
             table = self._calls.table
             table.live += 1  # before create_task: an eager task factory may finish it at once
-            self._flights[job] = flight
+            self._flights[flight.job] = flight
             flight.task = asyncio.get_running_loop().create_task(self._fly(flight))
-        elif called is _VALUE:
-            self._calls.execute(self._succeeded(flight, payload))
         return True
 
-    def _call(self, flight: _Flight) -> tuple[object, Any]:
-        """Call ``flight``'s node: ``(_AWAIT, awaitable)``, ``(_VALUE, value)``, or
-        ``(_HANDED, None)`` once handed to the driver."""
-        branch = flight.branch
-        try:
-            if branch.positional:
-                result = branch.call(*flight.args)
-            else:
-                result = branch.call(**flight.kwargs())
-        except BaseException as exc:
-            self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
-            return _HANDED, None
-        if type(result) is _CoroutineType:
-            return _AWAIT, result
-        return self._settled(flight, result)
-
-    def _settled(self, flight: _Flight, result: Any) -> tuple[object, Any]:
-        """What a call that did not return a coroutine returned: an awaitable, a value
-        (checked), or handed to the driver."""
+    def _settled(self, flight: _Flight, result: Any) -> Any:
+        """What a call that did not return a coroutine returned: an awaitable (``_AWAIT``,
+        in ``flight.aw``), a value that passes its node's output check, or ``_HANDED`` to
+        the driver (which checks a value again and reports)."""
         try:
             awaitable = _isawaitable(result)
         except BaseException as exc:  # user code asked (a ``__class__`` property)
             self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
-            return _HANDED, None
+            return _HANDED
         if awaitable:
-            return _AWAIT, result
-        return self._checked(flight, result)
-
-    def _checked(self, flight: _Flight, value: Any) -> tuple[object, Any]:
-        """``(_VALUE, value)`` when it passes its node's output check; else handed to the
-        driver, which checks it again and reports."""
+            flight.aw = result
+            return _AWAIT
         check = flight.branch.output_check
-        if check is not None:
-            try:
-                ok = check(value)
-            except BaseException:
-                ok = False
-            if not ok:
-                self._hand_off(flight, _RETURNED, value, flight.state)
-                return _HANDED, None
-        return _VALUE, value
-
-    def _succeeded(self, flight: _Flight, value: Any) -> list[_core.Command]:
-        """``flight``'s node succeeded with ``value``: stored, and the core told."""
-        self._values[f"{flight.branch.name}[{flight.item}]"] = value
-        commands: list[_core.Command] = self._run.succeeded(flight.job)
-        return commands
+        if check is not None and not _passes(check, result):
+            self._hand_off(flight, _RETURNED, result, flight.state)
+            return _HANDED
+        return result
 
     async def _fly(self, flight: _Flight) -> None:
         """An item's task: its carried nodes, one after the other."""
@@ -757,16 +784,11 @@ class Items:
                     self._hand_off(flight, _RETURNED, value, flight.state)
                     return
                 check = flight.branch.output_check
-                if check is not None:
-                    try:
-                        ok = check(value)
-                    except BaseException:
-                        ok = False
-                    if not ok:  # the driver checks it again and reports
-                        calls.table.live -= 1
-                        self._hand_off(flight, _RETURNED, value, flight.state)
-                        return
-                if not self._next(flight, value):
+                if check is not None and not _passes(check, value):
+                    calls.table.live -= 1  # the driver checks it again and reports
+                    self._hand_off(flight, _RETURNED, value, flight.state)
+                    return
+                if not self._go(flight, value, True):
                     calls.table.live -= 1
                     return
                 flights[flight.job] = flight
@@ -775,37 +797,75 @@ class Items:
             if calls.table.live == 0:
                 self._wake()
 
-    def _next(self, flight: _Flight, value: Any) -> bool:
-        """In the item's task: ``flight``'s node succeeded with ``value``. The item's next
-        START, if the core gives one and it may be carried, is called; ``True`` when it is
-        to be awaited in this task (``flight.aw``). The core's other commands go to the
-        coordinator, as an attempt's outcome does."""
+    def _go(self, flight: _Flight, value: Any, here: bool) -> bool:
+        """Carry ``flight``'s item on: from its node's success with ``value``, or from the
+        call of its node (``value`` is ``_UNCALLED``: its arguments read), in the item's
+        task (``here``) or in ``carry``. The item's next START, if the core gives one and
+        it may be carried, is called; ``True`` when what it returned is to be awaited in
+        the item's task (``flight.aw``). The core's other commands are passed on
+        (``_pass_on``); a call that raised, or a value the driver must see, is handed to
+        it."""
         values = self._values
         run = self._run
+        jobs = self._jobs
+        branch = flight.branch
         while True:
-            values[f"{flight.branch.name}[{flight.item}]"] = value
-            commands = run.succeeded(flight.job)
-            if not commands:
+            if value is not _UNCALLED:
+                job = flight.job
+                values[f"{branch.name}[{flight.item}]"] = value
+                commands = run.succeeded(job)
+                if not commands:
+                    return False
+                after = branch.after
+                command = commands[0]
+                if (
+                    after is not None
+                    and len(commands) == 1
+                    and command == (_START, job + 1, 0, None)
+                    and list.__getitem__(jobs, job + 1) is after
+                ):  # the item's next node, its job not made into a record: carried on here
+                    branch = after
+                else:
+                    follow = self._elsewhere(flight, commands, here)
+                    if follow is None:
+                        return False
+                    command, branch = follow
+                args = jobs.carried_args(branch, flight.item, values)
+                if args is None:  # the driver reads them again and reports
+                    self._pass_on([command], here, True)
+                    return False
+                flight.job, flight.branch, flight.args = command[1], branch, args
+                flight.aw = None
+            try:
+                if branch.positional:
+                    result = branch.call(*flight.args)
+                else:
+                    result = branch.call(**flight.kwargs())
+            except BaseException as exc:
+                self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
                 return False
-            follow = self._follow(flight, commands)
-            if follow is None:
-                self._pass_on(commands)
-                return False
-            command, branch = follow
-            if len(commands) > 1:
-                self._pass_on([other for other in commands if other is not command])
-            args = self._jobs.carried_args(branch, flight.item, values)
-            if args is None:  # the driver reads them again and reports
-                self._pass_on([command], True)
-                return False
-            flight.job, flight.branch, flight.args = command[1], branch, args
-            flight.aw = None
-            called, value = self._call(flight)
-            if called is _AWAIT:
-                flight.aw = value
+            if type(result) is _CoroutineType:
+                flight.aw = result
                 return True
-            if called is _HANDED:
-                return False
+            value = self._settled(flight, result)
+            if value is _AWAIT or value is _HANDED:
+                return value is _AWAIT
+
+    def _elsewhere(
+        self, flight: _Flight, commands: list[_core.Command], here: bool
+    ) -> tuple[_core.Command, _Branch] | None:
+        """``commands`` are not the START of ``flight``'s item's next node alone: that START
+        among them, if it may be carried, is returned and the others passed on; else all
+        are passed on (``None``)."""
+        follow = None
+        if commands[0][0] == _START or len(commands) > 1:
+            follow = self._follow(flight, commands)
+        if follow is None:
+            self._pass_on(commands, here)
+            return None
+        if len(commands) > 1:
+            self._pass_on([other for other in commands if other is not follow[0]], here)
+        return follow
 
     def _follow(
         self, flight: _Flight, commands: list[_core.Command]
@@ -830,15 +890,20 @@ class Items:
                     return command, branch
         return None
 
-    def _pass_on(self, commands: list[_core.Command], starts: bool = False) -> None:
-        """Commands of the core an item's task does not carry out itself: a draw or a close
-        is queued for the coordinator as it is; the others are carried out by it."""
+    def _pass_on(self, commands: list[_core.Command], here: bool, starts: bool = False) -> None:
+        """Commands of the core an item does not carry out itself. From ``carry`` (not
+        ``here``) they are carried out at once, as any command there. In an item's task a
+        draw or a close is carried out as it is (``Sources``: a draw from a sync source
+        with a bound now, any other queued); the others are queued for the coordinator."""
         calls = self._calls
+        if not here:
+            calls.execute(commands)
+            return
+        if len(commands) == 1 and not starts:
+            op, job, item, _arg = commands[0]
+            if op == _DRAW and self._sources.draw_here(job, item):
+                return
         if not starts and all(command[0] in _FAN_OPS for command in commands):
-            if len(commands) == 1:
-                op, job, item, _arg = commands[0]
-                if op == _DRAW and self._sources.draw_here(job, item):
-                    return
             calls.execute(commands)
         else:
             calls.table.post((_FAN, calls.execute, commands))
