@@ -42,41 +42,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-ASYNC_MODULE = """
-from hamilton.htypes import Collect, Parallelizable
-from sdax_hamilton import execution
+# The branch the tests run too (tests/support/modules.py), its Collect node added here.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-@execution(max_concurrency={limit})
-def items(n: int) -> Parallelizable[int]:
-    yield from range(n)
+from support.modules import BRANCH_OF_TWO, SYNC_BRANCH_OF_TWO
 
-async def first(items: int) -> int:
-    return items + 1
-
-async def second(first: int) -> int:
-    return first * 2
-
+TOTAL = """
 def total(second: Collect[int]) -> list[int]:
     return second
 """
-
-SYNC_MODULE = """
-from hamilton.htypes import Collect, Parallelizable
-from sdax_hamilton import execution
-
-@execution(max_concurrency={limit})
-def items(n: int) -> Parallelizable[int]:
-    yield from range(n)
-
-def first(items: int) -> int:
-    return items + 1
-
-def second(first: int) -> int:
-    return first * 2
-
-def total(second: Collect[int]) -> list[int]:
-    return second
-"""
+ASYNC_MODULE = BRANCH_OF_TWO + TOTAL
+SYNC_MODULE = SYNC_BRANCH_OF_TWO + TOTAL
 
 
 async def _first(item: int) -> int:

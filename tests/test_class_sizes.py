@@ -11,6 +11,8 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from support import package_walk
+
 import sdax_hamilton
 
 PACKAGE = Path(sdax_hamilton.__file__).parent
@@ -25,22 +27,6 @@ class ClassInfo:
     bases: tuple[ast.expr, ...]
 
 
-def _module_name(root: Path, path: Path) -> tuple[str, bool]:
-    parts = list(path.relative_to(root.parent).with_suffix("").parts)
-    is_package = parts[-1] == "__init__"
-    if is_package:
-        parts.pop()
-    return ".".join(parts), is_package
-
-
-def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
-    if not node.level:
-        return node.module or ""
-    here = module.split(".") if is_package else module.split(".")[:-1]
-    base = here[: len(here) - node.level + 1]
-    return ".".join([*base, *([node.module] if node.module else [])])
-
-
 class Index:
     """Every class of a package (any depth, nested ones included) and each module's names
     for what it imports, to find a base class where it is defined."""
@@ -49,10 +35,9 @@ class Index:
         self.classes: dict[tuple[str, str], ClassInfo] = {}
         # module -> local name -> (module, name) it stands for; name "" for a module
         self.imports: dict[str, dict[str, tuple[str, str]]] = {}
-        for path in sorted(root.rglob("*.py")):
-            module, is_package = _module_name(root, path)
+        for module, (path, is_package) in package_walk.modules(root).items():
             names = self.imports.setdefault(module, {})
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            for node in ast.walk(package_walk.parse(path)):
                 if isinstance(node, ast.ClassDef):
                     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
                     end = node.end_lineno or node.lineno
@@ -60,7 +45,7 @@ class Index:
                         module, node.name, end - first + 1, tuple(node.bases)
                     )
                 elif isinstance(node, ast.ImportFrom):
-                    source = _absolute(module, is_package, node)
+                    source = package_walk.imported_from(module, is_package, node)
                     for alias in node.names:
                         names[alias.asname or alias.name] = (source, alias.name)
                 elif isinstance(node, ast.Import):
@@ -150,14 +135,6 @@ def test_no_class_is_over_the_limit_with_its_bases() -> None:
     assert not found, f"classes over {LIMIT} lines with their bases: " + "; ".join(found)
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return root / "pkg"
-
-
 def _class(name: str, body_lines: int, bases: str = "") -> str:
     head = f"class {name}({bases}):\n" if bases else f"class {name}:\n"
     return head + "".join(f"    x{i} = {i}\n" for i in range(body_lines - 1))
@@ -168,7 +145,7 @@ def test_the_count_includes_bases_of_the_package(tmp_path: Path) -> None:
     module, imported from another (relatively, absolutely, as a module attribute, through a
     package's re-export), generic, and a base's own base; a shared base counts once and a
     base from outside the package counts nothing."""
-    root = _write(
+    root = package_walk.write_package(
         tmp_path,
         {
             "pkg/__init__.py": "from .base import Base\n",

@@ -17,6 +17,8 @@ import random
 from collections import Counter
 from typing import Any
 
+from support.modules import fanout_pool
+
 from sdax_hamilton import Driver, ExecutionError, RunEvent
 
 SCENARIOS = 60
@@ -29,7 +31,8 @@ MINIMUM_HITS = {
     "endless source stopped": 3,
 }
 
-HEADER = """
+HEADER = (
+    """
 import asyncio
 from hamilton.htypes import Collect, Parallelizable
 from sdax_hamilton import Acquisition, execution, shutdown
@@ -39,18 +42,9 @@ FAIL_SOURCE = {fail_source}
 LOG = []
 STARTED = {{}}
 TRIES = {{}}
-
-class Pool:
-    pass
-
-async def pool() -> Pool:
-    LOG.append("open pool")
-    return Pool()
-
-@shutdown(of=pool)
-def close_pool(acquired: Acquisition[Pool]) -> None:
-    LOG.append("close pool")
-
+"""
+    + fanout_pool(sync_release=True)  # braces-free: HEADER is formatted as a whole
+    + """
 async def session(items: int, pool: Pool) -> int:
     LOG.append(f"open {{items}}")
     return items
@@ -78,6 +72,7 @@ async def step(session: int) -> int:
 def results(step: Collect[int]) -> list[int]:
     return list(step)
 """
+)
 
 SYNC_SOURCE = """
 @execution(max_concurrency={limit})

@@ -11,23 +11,19 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from support import package_walk
+
 import sdax_hamilton
 
 PACKAGE = Path(sdax_hamilton.__file__).parent
 
 
 def _modules(root: Path) -> dict[str, tuple[Path, bool]]:
-    """Module name -> (file, is a package), for every ``.py`` file under ``root``."""
-    modules: dict[str, tuple[Path, bool]] = {}
-    for path in root.rglob("*.py"):
-        parts = list(path.relative_to(root.parent).with_suffix("").parts)
-        is_package = parts[-1] == "__init__"
-        if is_package:
-            parts.pop()
-        modules[".".join(parts)] = (path, is_package)
+    """Module name -> (file, is a package): every ``.py`` file under ``root``, and every
+    ``.pyi`` stub without one."""
+    modules = package_walk.modules(root)
     for stub in root.rglob("*.pyi"):  # compiled modules (``_core``): imported, import nothing
-        parts = list(stub.relative_to(root.parent).with_suffix("").parts)
-        modules.setdefault(".".join(parts), (stub, False))
+        modules.setdefault(package_walk.module_name(root, stub)[0], (stub, False))
     return modules
 
 
@@ -38,16 +34,11 @@ def import_graph(root: Path) -> dict[str, set[str]]:
     for name, (path, is_package) in modules.items():
         if path.suffix == ".pyi":
             continue
-        here = name.split(".") if is_package else name.split(".")[:-1]
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(package_walk.parse(path)):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = here[: len(here) - node.level + 1]
-                    source = ".".join([*base, *([node.module] if node.module else [])])
-                else:
-                    source = node.module or ""
+                source = package_walk.imported_from(name, is_package, node)
                 # ``from p import m`` imports the module ``p.m`` when there is one, and ``p``
                 # either way (its ``__init__`` runs first).
                 targets = [source]
@@ -140,17 +131,9 @@ def test_the_package_imports_without_a_cycle() -> None:
     assert not found, "import cycles: " + "; ".join(" -> ".join(path) for path in found)
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        path = root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-    return root / "pkg"
-
-
 def test_the_check_sees_type_only_lazy_and_package_cycles(tmp_path: Path) -> None:
     """The check is not vacuous: each way two modules can end up importing each other."""
-    type_only = _write(
+    type_only = package_walk.write_package(
         tmp_path / "a",
         {
             "pkg/__init__.py": "",
@@ -161,7 +144,7 @@ def test_the_check_sees_type_only_lazy_and_package_cycles(tmp_path: Path) -> Non
         },
     )
     assert cycles(import_graph(type_only)) == [["pkg.one", "pkg.two", "pkg.one"]]
-    lazy = _write(
+    lazy = package_walk.write_package(
         tmp_path / "b",
         {
             "pkg/__init__.py": "",
@@ -170,7 +153,7 @@ def test_the_check_sees_type_only_lazy_and_package_cycles(tmp_path: Path) -> Non
         },
     )
     assert cycles(import_graph(lazy)) == [["pkg.one", "pkg.two", "pkg.one"]]
-    through_init = _write(
+    through_init = package_walk.write_package(
         tmp_path / "c",
         {
             "pkg/__init__.py": "",
@@ -183,7 +166,7 @@ def test_the_check_sees_type_only_lazy_and_package_cycles(tmp_path: Path) -> Non
     assert cycles(import_graph(through_init)) == [
         ["pkg.core", "pkg.sub", "pkg.sub.front", "pkg.core"]
     ]
-    fine = _write(
+    fine = package_walk.write_package(
         tmp_path / "d",
         {
             "pkg/__init__.py": "from .one import One\n",

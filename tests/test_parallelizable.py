@@ -17,6 +17,7 @@ import pytest
 from hamilton import driver as hamilton_driver
 from hamilton.execution import executors
 from support import loops as loop_support
+from support.modules import BRANCH_OF_TWO, fanout_pool
 
 from sdax_hamilton import Driver, RunEvent, RunReport, execution, failures
 from sdax_hamilton._failures import ExecutionError
@@ -290,24 +291,16 @@ async def test_a_failure_cancels_drains_and_closes_an_async_source(make_module: 
     assert events[-1].kind == "run_finished"
 
 
-RESOURCES = """
+RESOURCES = (
+    """
 import asyncio
 from hamilton.htypes import Collect, Parallelizable
 from sdax_hamilton import Acquisition, execution, shutdown
 
 LOG = []
-
-class Pool:
-    pass
-
-async def pool() -> Pool:
-    LOG.append("open pool")
-    return Pool()
-
-@shutdown(of=pool)
-async def close_pool(acquired: Acquisition[Pool]) -> None:
-    LOG.append("close pool")
-
+"""
+    + fanout_pool(sync_release=False)
+    + """
 def items(n: int) -> Parallelizable[int]:
     yield from range(n)
 
@@ -328,6 +321,7 @@ async def query(session: str, items: int, fail: int) -> int:
 def rows(query: Collect[int]) -> list[int]:
     return list(query)
 """
+)
 
 
 def _closes_before_pool(log: list[str], opened: int) -> None:
@@ -1138,22 +1132,11 @@ def test_a_carried_run_keeps_no_record_per_item_beyond_its_result(make_module: A
     import tracemalloc
 
     mod = make_module(
-        """
+        BRANCH_OF_TWO.format(limit=8)
+        + """
 import tracemalloc
-from hamilton.htypes import Collect, Parallelizable
-from sdax_hamilton import execution
 
 SEEN = []
-
-@execution(max_concurrency=8)
-def items(n: int) -> Parallelizable[int]:
-    yield from range(n)
-
-async def first(items: int) -> int:
-    return items + 1
-
-async def second(first: int) -> int:
-    return first * 2
 
 def total(second: Collect[int]) -> int:
     SEEN.append(tracemalloc.get_traced_memory()[0])

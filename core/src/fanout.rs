@@ -528,26 +528,10 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::{Graph, NodeDef};
 
     /// `conn` (owned) and `src` feed the branch `a -> b` (b owned), collected by `col`.
     fn fan_plan() -> (Arc<Plan>, [usize; 5]) {
-        let nodes = vec![
-            NodeDef::new("conn", &[]).owned(Policy::default()),
-            NodeDef::new("src", &[]),
-            NodeDef::new("a", &["src", "conn"]),
-            NodeDef::new("b", &["a"]).owned(Policy::default()),
-            NodeDef::new("col", &["b"]),
-        ];
-        let plan = Arc::new(
-            Graph::new(nodes)
-                .unwrap()
-                .select(&["col"], &[] as &[&str])
-                .unwrap(),
-        );
-        let ix = |name: &str| plan.index(name).unwrap() as usize;
-        let jobs = [ix("conn"), ix("src"), ix("a"), ix("b"), ix("col")];
-        (plan, jobs)
+        crate::testing::fan_plan(("a", false), ("b", true))
     }
 
     fn run(limit: Option<u32>) -> (Run, [usize; 5]) {

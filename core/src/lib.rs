@@ -15,6 +15,8 @@ pub mod hedge;
 pub mod policy;
 pub mod run;
 pub mod shared;
+#[doc(hidden)]
+pub mod testing;
 
 pub use graph::{Graph, GraphError, NodeDef, Plan};
 pub use policy::{Number, Policy, PolicyError};

@@ -7,26 +7,11 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use proptest::prelude::*;
-use sdax_core::{Command, Graph, NodeDef, Op, Plan, Policy, Run};
+use sdax_core::{Command, Op, Plan, Run};
 
 /// `conn` (owned) and `src` feed the branch `tx` (owned) -> `q`, collected by `col`.
 fn plan() -> (Arc<Plan>, [usize; 5]) {
-    let nodes = vec![
-        NodeDef::new("conn", &[]).owned(Policy::default()),
-        NodeDef::new("src", &[]),
-        NodeDef::new("tx", &["src", "conn"]).owned(Policy::default()),
-        NodeDef::new("q", &["tx"]),
-        NodeDef::new("col", &["q"]),
-    ];
-    let plan = Arc::new(
-        Graph::new(nodes)
-            .unwrap()
-            .select(&["col"], &[] as &[&str])
-            .unwrap(),
-    );
-    let ix = |name: &str| plan.index(name).unwrap() as usize;
-    let jobs = [ix("conn"), ix("src"), ix("tx"), ix("q"), ix("col")];
-    (plan, jobs)
+    sdax_core::testing::fan_plan(("tx", true), ("q", false))
 }
 
 #[derive(Debug, Clone)]

@@ -61,3 +61,46 @@ async def after(stuck: int) -> int:
 """
 """A run with a retried node, a release retried once and a node that can hang past its
 timeout (``hang``): what the run report and its timeline are tested on."""
+
+# Fan-out (docs/fanout.md). bench/fanout.py times this very branch (its figures are in
+# bench/PERFORMANCE.md): a change here changes what the benchmark measures.
+BRANCH_OF_TWO = """
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+@execution(max_concurrency={limit})
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+async def first(items: int) -> int:
+    return items + 1
+
+async def second(first: int) -> int:
+    return first * 2
+"""
+"""Each of ``n`` items runs the 2-node branch ``first`` (+ 1) -> ``second`` (* 2), at most
+``{limit}`` at once (a ``str.format`` field); the module adds its own ``Collect`` node of
+``second``."""
+
+SYNC_BRANCH_OF_TWO = BRANCH_OF_TWO.replace("async def", "def")
+"""``BRANCH_OF_TWO`` with sync node functions (Hamilton's own executors run only those)."""
+
+
+def fanout_pool(*, sync_release: bool) -> str:
+    """The outer resource of the fan-out tests whose branches acquire one each from it
+    (tests/test_parallelizable.py, tests/test_fanout_campaign.py): a pool, noted in the
+    module's ``LOG`` when opened and when released, by a sync or an async release (both
+    are run)."""
+    release = "def" if sync_release else "async def"
+    return f"""
+class Pool:
+    pass
+
+async def pool() -> Pool:
+    LOG.append("open pool")
+    return Pool()
+
+@shutdown(of=pool)
+{release} close_pool(acquired: Acquisition[Pool]) -> None:
+    LOG.append("close pool")
+"""

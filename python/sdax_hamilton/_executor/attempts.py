@@ -73,10 +73,19 @@ class EventKind(enum.IntEnum):
 
 Event = tuple[EventKind, Any, Any]
 
-_CALLED: Final = AttemptState.CALLED
-_TIMED_OUT: Final = AttemptState.TIMED_OUT
-_CANCELLED: Final = AttemptState.CANCELLED
-_CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
+# The members as module constants, defined here once for the modules that test or post
+# them on their paths per attempt (cancels.py, handback.py): one global lookup, where
+# ``AttemptState.RUNNING`` is two.
+CALLED: Final = AttemptState.CALLED
+RUNNING: Final = AttemptState.RUNNING
+TIMED_OUT: Final = AttemptState.TIMED_OUT
+CANCELLED: Final = AttemptState.CANCELLED
+CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
+CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
+RETURNED: Final = EventKind.RETURNED
+RAISED: Final = EventKind.RAISED
+UNSTARTED: Final = EventKind.UNSTARTED
+BAD_INPUT: Final = EventKind.BAD_INPUT
 
 
 class Attempt:
@@ -109,7 +118,7 @@ class Attempt:
         self.id = job.id  # the core's job id, which every report to the core names
         self.number = number  # 0-based attempt number
         self.timeout = timeout
-        self.state = _CALLED
+        self.state = CALLED
         self.aw: Any = None  # the awaitable the call returned
         self.task: asyncio.Task[None] | None = None  # its own task, when not inline
         self.timer: asyncio.Handle | None = None  # its own timeout, when not inline
@@ -128,12 +137,12 @@ class Attempt:
     @property
     def cancelled(self) -> bool:
         """The core CANCELled this attempt."""
-        return self.state >= _CANCELLED
+        return self.state >= CANCELLED
 
     @property
     def timed_out(self) -> bool:
         """Our timer cancelled this attempt."""
-        return self.state == _TIMED_OUT or self.state == _CANCELLED_TIMED_OUT
+        return self.state == TIMED_OUT or self.state == CANCELLED_TIMED_OUT
 
 
 class AttemptTable:

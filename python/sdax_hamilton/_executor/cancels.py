@@ -12,21 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from typing import Any, Final, Protocol, cast
+from typing import Any, Protocol, cast
 
-from .attempts import Attempt, AttemptState, EventKind
+from .attempts import (
+    CANCEL_MISSED,
+    CANCELLED,
+    CANCELLED_TIMED_OUT,
+    RUNNING,
+    TIMED_OUT,
+    UNSTARTED,
+    Attempt,
+)
 from .cache import CacheRun
 from .calls_seen import CallsSeen
 from .guards import Guards
 from .jobs import Job
 from .runtime import TIMEOUT_MESSAGE
-
-_UNSTARTED: Final = EventKind.UNSTARTED
-_RUNNING: Final = AttemptState.RUNNING
-_TIMED_OUT: Final = AttemptState.TIMED_OUT
-_CANCELLED: Final = AttemptState.CANCELLED
-_CANCELLED_TIMED_OUT: Final = AttemptState.CANCELLED_TIMED_OUT
-_CANCEL_MISSED: Final = AttemptState.CANCEL_MISSED
 
 
 class RunCalls(CallsSeen, Protocol):
@@ -61,11 +62,11 @@ class Cancels:
 
     def attempt(self, attempt: Attempt) -> None:
         """Cancel ``attempt`` once (a CANCEL, or the salvage stopping everything)."""
-        if attempt.state >= _CANCELLED:
+        if attempt.state >= CANCELLED:
             return
-        if attempt.state == _TIMED_OUT:
+        if attempt.state == TIMED_OUT:
             # Already cancelled once, by its timeout: it is draining.
-            attempt.state = _CANCELLED_TIMED_OUT
+            attempt.state = CANCELLED_TIMED_OUT
             return
         task = attempt.task
         if task is None and attempt.aw is None:
@@ -77,22 +78,22 @@ class Cancels:
             # Not launched yet (``launch`` reports it unstarted), or a sync call whose
             # outcome is queued (its own). Inline attempts are marked by the coordinator
             # before the core's CANCEL arrives.
-            attempt.state = _CANCEL_MISSED
+            attempt.state = CANCEL_MISSED
             return
-        began = attempt.state == _RUNNING
+        began = attempt.state == RUNNING
         # False when the task has already finished: its outcome is queued and is its own.
-        attempt.state = _CANCELLED if task.cancel() else _CANCEL_MISSED
+        attempt.state = CANCELLED if task.cancel() else CANCEL_MISSED
         if not began:
             # The task never ran a step: its awaitable will never be awaited.
             task.add_done_callback(lambda _task: self._unstarted_done(attempt))
 
     def _unstarted_done(self, attempt: Attempt) -> None:
         self._table.live -= 1
-        self._table.post((_UNSTARTED, attempt, None))
+        self._table.post((UNSTARTED, attempt, None))
 
     def time_out(self, attempt: Attempt, task: asyncio.Task[Any]) -> None:
         """The attempt's time is up: cancel what runs it (inline: the phase's task)."""
-        attempt.state = _TIMED_OUT
+        attempt.state = TIMED_OUT
         task.cancel(TIMEOUT_MESSAGE)
         calls = self._calls
         calls.report().attempt_timed_out(

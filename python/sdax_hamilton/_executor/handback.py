@@ -12,23 +12,16 @@ carrier", gives the reasons.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from .. import _core
+from .._core import CARRIED_RAISED, CARRIED_REJECTED, CARRIED_RETURNED, CARRIED_SUSPENDED
 from .._declarations import Acquisition
-from .attempts import Attempt, EventKind, resume
+from .attempts import BAD_INPUT, RAISED, RETURNED, Attempt, resume
 from .calls_seen import CallsSeen
 from .guards import Guards
 from .jobs import Job
 from .record import FailureRecord
-
-_CARRIED_RAISED: Final = _core.CARRIED_RAISED
-_CARRIED_RETURNED: Final = _core.CARRIED_RETURNED
-_CARRIED_SUSPENDED: Final = _core.CARRIED_SUSPENDED
-_CARRIED_REJECTED: Final = _core.CARRIED_REJECTED
-_RETURNED: Final = EventKind.RETURNED
-_RAISED: Final = EventKind.RAISED
-_BAD_INPUT: Final = EventKind.BAD_INPUT
 
 
 class RunCalls(CallsSeen, Protocol):
@@ -52,8 +45,8 @@ def carried(calls: RunCalls, job: Job, number: int, hand: _core.HandBack) -> Non
     attempt = Attempt(job, number, hand.timeout)
     table = calls.table
     table.add(attempt)
-    if hand.how == _CARRIED_REJECTED:  # an input check raised: nothing was called
-        table.post((_BAD_INPUT, attempt, hand.payload))
+    if hand.how == CARRIED_REJECTED:  # an input check raised: nothing was called
+        table.post((BAD_INPUT, attempt, hand.payload))
         return
     if job.forward:
         calls.kwargs[job.id] = hand.kwargs  # read by its retries
@@ -69,12 +62,12 @@ def carried(calls: RunCalls, job: Job, number: int, hand: _core.HandBack) -> Non
             # seen to: never the caller, whose cancellations land on its own wait.
             calls.failures().caller_cancelled(asyncio.CancelledError(), True)
     how = hand.how
-    if how == _CARRIED_RAISED:
-        table.post((_RAISED, attempt, hand.payload))
-    elif how == _CARRIED_RETURNED:
-        table.post((_RETURNED, attempt, hand.payload))
+    if how == CARRIED_RAISED:
+        table.post((RAISED, attempt, hand.payload))
+    elif how == CARRIED_RETURNED:
+        table.post((RETURNED, attempt, hand.payload))
     else:  # awaited like any awaitable a call returned (a lone one: inline)
         payload = hand.payload
-        attempt.aw = resume(payload, hand.yielded) if how == _CARRIED_SUSPENDED else payload
+        attempt.aw = resume(payload, hand.yielded) if how == CARRIED_SUSPENDED else payload
         attempt.started = hand.started  # its timer counts from the call
         table.fresh.append(attempt)
