@@ -1127,6 +1127,44 @@ async def test_carried_items_hand_failures_retries_and_bad_values_to_the_driver(
     assert isinstance(error, TypeError) and "checked[4]" in str(error), error
 
 
+HANDED_VALUE_RETRIED = """
+from hamilton.htypes import Collect, Parallelizable
+from sdax_hamilton import execution
+
+SEEN = []
+
+@execution(max_concurrency=3)
+def items(n: int) -> Parallelizable[int]:
+    yield from range(n)
+
+async def double(items: int) -> int:
+    return items * 2
+
+@execution(retries=1, initial_delay=0.0, retryable_exceptions=(ConnectionError,))
+{kind} flaky(double: int) -> int:
+    SEEN.append(double)
+    if double % 4 == 2 and SEEN.count(double) == 1:
+        raise ConnectionError(f"{{double}} flaked")
+    return double + 1
+
+def total(flaky: Collect[int]) -> list[int]:
+    return flaky
+"""
+
+
+@pytest.mark.parametrize("kind", ["async def", "def"])
+async def test_a_value_handed_to_the_items_next_node_reaches_its_retries(
+    make_module: Any, kind: str
+) -> None:
+    # ``double``'s value goes to ``flaky`` alone, its only argument: an item's task hands
+    # it over without storing it; a failed first attempt handed to the driver is retried
+    # with the same argument.
+    mod = make_module(HANDED_VALUE_RETRIED.format(kind=kind))
+    plan = Driver(mod).prepare(["total"])
+    assert await plan.execute(inputs={"n": 8}) == {"total": [2 * i + 1 for i in range(8)]}
+    assert sorted(mod.SEEN) == sorted([2 * i for i in range(8)] + [2 * i for i in range(1, 8, 2)])
+
+
 def test_a_carried_run_keeps_no_record_per_item_beyond_its_result(make_module: Any) -> None:
     import gc
     import tracemalloc

@@ -98,7 +98,7 @@ class _Branch:
     carries out to their end never gets one (``RunJobs.__getitem__`` makes it on demand)."""
 
     __slots__ = (
-        "after", "args", "call", "carried", "checks", "fan", "fields", "job", "name",
+        "after", "args", "call", "carried", "checks", "fan", "fields", "hands", "job", "name",
         "output_check", "own", "pos", "positional", "renamed",
     )  # fmt: skip
 
@@ -144,6 +144,9 @@ class _Branch:
         # Its arguments' keys when each is its item's own value read by this node alone and
         # unchecked (``RunJobs.carried_args`` takes them out of the values at once).
         self.own: tuple[str, ...] | None = None
+        # Its value goes to ``after`` alone, as that node's only argument: an item's task
+        # hands it over without storing it (``Items._onward``).
+        self.hands = False
 
     def grown(self, item: int, job_id: int) -> Job:
         template = self.job
@@ -155,6 +158,21 @@ class _Branch:
         node = NodeRuntime(name=name, args=args, **fields)
         return Job(job_id, True, node, job_id, name, f"node {name!r}", template.retryable,
                    template.hook, None, template.guarded)  # fmt: skip
+
+
+def _link(branches: list[_Branch], once: set[str]) -> None:
+    """What an item's task needs to go from node to node of one fan-out's ``branches``
+    (``_Branch.after``, ``own`` and ``hands``); ``once``: the per-item values read by one
+    node of the item."""
+    for branch, after in itertools.pairwise(branches):
+        if after.carried:
+            branch.after = after
+    for branch in branches:
+        if not branch.checks and all(per and key in once for _kw, key, per in branch.args):
+            branch.own = tuple(key for _kw, key, _per in branch.args)
+    for branch in branches:
+        following = branch.after
+        branch.hands = following is not None and following.own == (branch.name,)
 
 
 class RunJobs(list[Any]):
@@ -214,15 +232,7 @@ class RunJobs(list[Any]):
                         reads[key] = reads.get(key, 0) + 1
             self._reads.append(tuple((key, n) for key, n in reads.items() if n > 1))
             self._once.update(key for key, n in reads.items() if n == 1)
-            for branch, after in itertools.pairwise(branches):
-                if after.carried:
-                    branch.after = after
-        for branches in self._branches:
-            for branch in branches:
-                if not branch.checks and all(
-                    per and key in self._once for _kw, key, per in branch.args
-                ):
-                    branch.own = tuple(key for _kw, key, _per in branch.args)
+            _link(branches, self._once)
         self._collects = {fan.collect: f for f, fan in enumerate(fan_outs)}
         self.fan_of = {fan.source: f for f, fan in enumerate(fan_outs)}  # by source job
         self.source_names = [plan_jobs[fan.source].name for fan in fan_outs]
@@ -360,15 +370,17 @@ class RunJobs(list[Any]):
             else:
                 unread[key] = left - 1
 
-    def carried_args(self, branch: _Branch, item: int, values: dict[str, Any]) -> list[Any] | None:
-        """The arguments (in ``branch.args``' order) of item ``item``'s first attempt of
-        ``branch``'s node, read and checked as ``arguments`` does, a value none of the
-        item's nodes is yet to read dropped; ``None`` when they cannot be passed so (a
-        value missing, a check failing or raising: nothing is dropped, and ``arguments``
-        reads them again for the driver, which reports)."""
+    def carried_args(
+        self, branch: _Branch, suffix: str, values: dict[str, Any]
+    ) -> list[Any] | None:
+        """The arguments (in ``branch.args``' order) of the first attempt of ``branch``'s
+        node for the item whose values' keys end in ``suffix`` (``"[i]"``), read and checked
+        as ``arguments`` does, a value none of the item's nodes is yet to read dropped;
+        ``None`` when they cannot be passed so (a value missing, a check failing or raising:
+        nothing is dropped, and ``arguments`` reads them again for the driver, which
+        reports)."""
         owned = branch.own
         if owned is not None:  # each its item's own, read by this node alone: taken out now
-            suffix = f"[{item}]"
             if len(owned) == 1:
                 got = values.pop(owned[0] + suffix, _MISSING)
                 return None if got is _MISSING else [got]
@@ -383,7 +395,7 @@ class RunJobs(list[Any]):
         try:
             for _kw, key, per in branch.args:
                 if per:
-                    own = f"{key}[{item}]"
+                    own = key + suffix
                     (once if key in self._once else counted).append(own)
                     read.append(values[own])
                 else:
@@ -732,10 +744,11 @@ class Items:
             return False
         if item is None:
             item = bisect.bisect_right(jobs.firsts[branch.fan], job) - 1
-        args = jobs.carried_args(branch, item, self._values)
+        suffix = f"[{item}]"
+        args = jobs.carried_args(branch, suffix, self._values)
         if args is None:
             return False
-        flight = _Flight(job, branch, item, args)
+        flight = _Flight(job, branch, item, suffix, args)
         if self._go(flight, _UNCALLED, False):
             table = self._calls.table
             table.live += 1  # before create_task: an eager task factory may finish it at once
@@ -805,37 +818,13 @@ class Items:
         the item's task (``flight.aw``). The core's other commands are passed on
         (``_pass_on``); a call that raised, or a value the driver must see, is handed to
         it."""
-        values = self._values
-        run = self._run
-        jobs = self._jobs
         branch = flight.branch
         while True:
             if value is not _UNCALLED:
-                job = flight.job
-                values[f"{branch.name}[{flight.item}]"] = value
-                commands = run.succeeded(job)
-                if not commands:
+                onward = self._onward(flight, value, here)
+                if onward is None:
                     return False
-                after = branch.after
-                command = commands[0]
-                if (
-                    after is not None
-                    and len(commands) == 1
-                    and command == (_START, job + 1, 0, None)
-                    and list.__getitem__(jobs, job + 1) is after
-                ):  # the item's next node, its job not made into a record: carried on here
-                    branch = after
-                else:
-                    follow = self._elsewhere(flight, commands, here)
-                    if follow is None:
-                        return False
-                    command, branch = follow
-                args = jobs.carried_args(branch, flight.item, values)
-                if args is None:  # the driver reads them again and reports
-                    self._pass_on([command], here, True)
-                    return False
-                flight.job, flight.branch, flight.args = command[1], branch, args
-                flight.aw = None
+                branch = onward
             try:
                 if branch.positional:
                     result = branch.call(*flight.args)
@@ -851,15 +840,60 @@ class Items:
             if value is _AWAIT or value is _HANDED:
                 return value is _AWAIT
 
+    def _onward(self, flight: _Flight, value: Any, here: bool) -> _Branch | None:
+        """``flight``'s node succeeded with ``value``: stored, and the core told. The
+        item's next node, when the core STARTs it and it may be carried here, with
+        ``flight`` moved on to it (its arguments read); else ``None``, the core's commands
+        passed on."""
+        branch = flight.branch
+        job = flight.job
+        suffix = flight.suffix
+        values = self._values
+        jobs = self._jobs
+        hands = branch.hands
+        if not hands:
+            values[branch.name + suffix] = value
+        commands = self._run.succeeded(job)
+        after = branch.after
+        if (
+            after is not None
+            and len(commands) == 1
+            and commands[0] == (_START, job + 1, 0, None)
+            and list.__getitem__(jobs, job + 1) is after
+        ):  # the item's next node, its job not made into a record: carried on here
+            command = commands[0]
+            args = [value] if hands else jobs.carried_args(after, suffix, values)
+        else:
+            if hands:  # read by the driver or after the coordinator's turn
+                values[branch.name + suffix] = value
+            if not commands:
+                return None
+            follow = self._elsewhere(flight, commands, here)
+            if follow is None:
+                return None
+            command, after = follow
+            args = jobs.carried_args(after, suffix, values)
+        if args is None:  # the driver reads them again and reports
+            self._pass_on([command], here, True)
+            return None
+        flight.job, flight.branch, flight.args = command[1], after, args
+        flight.aw = None
+        return after
+
     def _elsewhere(
         self, flight: _Flight, commands: list[_core.Command], here: bool
     ) -> tuple[_core.Command, _Branch] | None:
         """``commands`` are not the START of ``flight``'s item's next node alone: that START
         among them, if it may be carried, is returned and the others passed on; else all
         are passed on (``None``)."""
-        follow = None
-        if commands[0][0] == _START or len(commands) > 1:
-            follow = self._follow(flight, commands)
+        op, job, item, _arg = commands[0]
+        if len(commands) == 1 and op != _START:
+            # In an item's task, the draw of the next item from a sync source with a bound
+            # is made now (``Sources.draw_here``), as the coordinator would have.
+            if not (here and op == _DRAW and self._sources.draw_here(job, item)):
+                self._pass_on(commands, here)
+            return None
+        follow = self._follow(flight, commands)
         if follow is None:
             self._pass_on(commands, here)
             return None
@@ -892,17 +926,13 @@ class Items:
 
     def _pass_on(self, commands: list[_core.Command], here: bool, starts: bool = False) -> None:
         """Commands of the core an item does not carry out itself. From ``carry`` (not
-        ``here``) they are carried out at once, as any command there. In an item's task a
-        draw or a close is carried out as it is (``Sources``: a draw from a sync source
-        with a bound now, any other queued); the others are queued for the coordinator."""
+        ``here``) they are carried out at once, as any command there. In an item's task
+        draws and closes are carried out as they are (``Sources`` queues them), and the
+        others are queued for the coordinator."""
         calls = self._calls
         if not here:
             calls.execute(commands)
             return
-        if len(commands) == 1 and not starts:
-            op, job, item, _arg = commands[0]
-            if op == _DRAW and self._sources.draw_here(job, item):
-                return
         if not starts and all(command[0] in _FAN_OPS for command in commands):
             calls.execute(commands)
         else:
@@ -969,12 +999,13 @@ class Items:
 class _Flight:
     """An item carried out (``Items.carry``): the job it is at and its attempt's state."""
 
-    __slots__ = ("args", "aw", "branch", "item", "job", "state", "task")
+    __slots__ = ("args", "aw", "branch", "item", "job", "state", "suffix", "task")
 
-    def __init__(self, job: int, branch: _Branch, item: int, args: list[Any]) -> None:
+    def __init__(self, job: int, branch: _Branch, item: int, suffix: str, args: list[Any]) -> None:
         self.job = job
         self.branch = branch
         self.item = item
+        self.suffix = suffix  # its values' keys end in it: ``"[item]"``
         self.args = args
         self.aw: Any = None
         self.task: asyncio.Task[None] | None = None
