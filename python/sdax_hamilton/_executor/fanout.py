@@ -182,6 +182,12 @@ class RunJobs(list[Any]):
     (``__getitem__``), and a release's place its owner's id until then: a run whose items
     are carried out to their end (``Items.carry``) makes no record per item."""
 
+    __slots__ = (
+        "_branches", "_collects", "_on_grow", "_once", "_plan_arguments", "_plan_jobs",
+        "_reads", "_released", "_room", "_unread", "cache", "carrier", "fan_of", "fan_outs",
+        "firsts", "forward_count", "items", "nodes", "plan_forward", "shared", "source_names",
+    )  # fmt: skip
+
     nodes: tuple[NodeRuntime, ...]
     forward_count: int
     carrier: None
@@ -420,7 +426,7 @@ class Sources:
 
     __slots__ = (
         "__weakref__", "_abandoned", "_calls", "_closing", "_draws", "_here", "_its", "_jobs",
-        "_values", "cancel", "cancel_all", "carry", "items",
+        "_run", "_values", "cancel", "cancel_all", "carry", "items",
     )  # fmt: skip
 
     carry: Callable[[int, int, float | None], bool]
@@ -434,6 +440,7 @@ class Sources:
         # Weak: ``calls`` holds this object, and a run's parts form no cycle (they are freed
         # by reference counting when the run is over, tests/test_driver_memory.py).
         self._calls = weakref.proxy(calls)
+        self._run = calls.run  # the core's Run refers to nothing of the driver's
         self._jobs = jobs
         self._values = values
         self._its: dict[int, Iterator[Any] | AsyncIterator[Any] | None] = {}
@@ -456,7 +463,7 @@ class Sources:
         it = self._here.get(job)
         if it is None:
             return False
-        if self._abandoned or self._calls.run.aborted:
+        if self._abandoned or self._run.aborted:
             self._draw((job, item))  # which says what then
         else:
             self._next_of(job, item, it)
@@ -563,7 +570,7 @@ class Sources:
 
     def _drawn(self, job: int, item: int, has: bool, value: Any) -> None:
         calls = self._calls
-        run = calls.run
+        run = self._run
         if has and not run.aborted:
             jobs = self._jobs
             f = jobs.fan_of[job]
@@ -712,7 +719,9 @@ class Items:
     then. Nothing is decided here: which job starts next is the core's.
     """
 
-    __slots__ = ("_calls", "_carrying", "_flights", "_jobs", "_run", "_sources", "_values")
+    __slots__ = (
+        "_calls", "_carrying", "_flights", "_jobs", "_run", "_sources", "_table", "_values",
+    )  # fmt: skip
 
     def __init__(
         self, calls: RunCalls, jobs: RunJobs, values: dict[str, Any], sources: Sources
@@ -726,6 +735,8 @@ class Items:
         self._carrying = not calls.watching and calls.clipped is None
         self._flights: dict[int, _Flight] = {}
         self._run = calls.run  # the core's Run refers to nothing of the driver's
+        # The run's attempts and coordinator's queue (``Calls`` holds it for the run too).
+        self._table = calls.table
 
     def carry(self, job: int, attempt: int, timeout: float | None, item: int | None = None) -> bool:
         """Carry out START ``job`` (``attempt``, ``timeout``; of ``item``, when the caller
@@ -750,7 +761,7 @@ class Items:
             return False
         flight = _Flight(job, branch, item, suffix, args)
         if self._go(flight, _UNCALLED, False):
-            table = self._calls.table
+            table = self._table
             table.live += 1  # before create_task: an eager task factory may finish it at once
             self._flights[flight.job] = flight
             flight.task = asyncio.get_running_loop().create_task(self._fly(flight))
@@ -777,7 +788,7 @@ class Items:
     async def _fly(self, flight: _Flight) -> None:
         """An item's task: its carried nodes, one after the other."""
         flight.state = _RUNNING_STATE
-        calls = self._calls
+        table = self._table
         flights = self._flights
         try:
             while True:
@@ -785,29 +796,29 @@ class Items:
                     value = await flight.aw
                 except BaseException as exc:  # never let anything escape a task
                     del flights[flight.job]
-                    calls.table.live -= 1
+                    table.live -= 1
                     self._hand_off(flight, _RAISED, exc, flight.state)
                     return
                 del flights[flight.job]
-                if flight.state is not _RUNNING_STATE or calls.table.events:
+                if flight.state is not _RUNNING_STATE or table.events:
                     # The core cancelled it meanwhile, or outcomes the core has not heard
                     # yet wait in the coordinator's queue (another item's failure, say):
                     # this one follows them there, so the core hears of them in order.
-                    calls.table.live -= 1
+                    table.live -= 1
                     self._hand_off(flight, _RETURNED, value, flight.state)
                     return
                 check = flight.branch.output_check
                 if check is not None and not _passes(check, value):
-                    calls.table.live -= 1  # the driver checks it again and reports
+                    table.live -= 1  # the driver checks it again and reports
                     self._hand_off(flight, _RETURNED, value, flight.state)
                     return
                 if not self._go(flight, value, True):
-                    calls.table.live -= 1
+                    table.live -= 1
                     return
                 flights[flight.job] = flight
         finally:
             del flight
-            if calls.table.live == 0:
+            if table.live == 0:
                 self._wake()
 
     def _go(self, flight: _Flight, value: Any, here: bool) -> bool:
