@@ -33,7 +33,18 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from .. import _core
 from .._failures import add_note_once
-from .attempts import Attempt, AttemptState, EventKind
+from .attempts import (
+    CALLED,
+    CANCEL_MISSED,
+    CANCELLED,
+    RAISED,
+    RETURNED,
+    RUNNING,
+    UNSTARTED,
+    Attempt,
+    AttemptState,
+    EventKind,
+)
 from .jobs import FanOut, Job, JobTable
 from .runtime import NodeRuntime, _takes_positionally
 
@@ -66,12 +77,6 @@ _STOP_DRAW: Final = _core.STOP_DRAW
 _TERMINATION: Final = (KeyboardInterrupt, SystemExit)
 _FAN_OPS: Final = (_DRAW, _CLOSE, _STOP_DRAW)
 _START: Final = _core.START
-_RAISED: Final = EventKind.RAISED
-_RETURNED: Final = EventKind.RETURNED
-_UNSTARTED: Final = EventKind.UNSTARTED
-_RUNNING_STATE: Final = AttemptState.RUNNING
-_CANCELLED_STATE: Final = AttemptState.CANCELLED
-_CANCEL_MISSED_STATE: Final = AttemptState.CANCEL_MISSED
 _CoroutineType: Final = types.CoroutineType
 _isawaitable: Final = inspect.isawaitable
 # What a call of an item's node came to, when not its value (``Items._settled``).
@@ -774,20 +779,20 @@ class Items:
         try:
             awaitable = _isawaitable(result)
         except BaseException as exc:  # user code asked (a ``__class__`` property)
-            self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
+            self._hand_off(flight, RAISED, exc, CALLED)
             return _HANDED
         if awaitable:
             flight.aw = result
             return _AWAIT
         check = flight.branch.output_check
         if check is not None and not _passes(check, result):
-            self._hand_off(flight, _RETURNED, result, flight.state)
+            self._hand_off(flight, RETURNED, result, flight.state)
             return _HANDED
         return result
 
     async def _fly(self, flight: _Flight) -> None:
         """An item's task: its carried nodes, one after the other."""
-        flight.state = _RUNNING_STATE
+        flight.state = RUNNING
         table = self._table
         flights = self._flights
         try:
@@ -797,20 +802,20 @@ class Items:
                 except BaseException as exc:  # never let anything escape a task
                     del flights[flight.job]
                     table.live -= 1
-                    self._hand_off(flight, _RAISED, exc, flight.state)
+                    self._hand_off(flight, RAISED, exc, flight.state)
                     return
                 del flights[flight.job]
-                if flight.state is not _RUNNING_STATE or table.events:
+                if flight.state is not RUNNING or table.events:
                     # The core cancelled it meanwhile, or outcomes the core has not heard
                     # yet wait in the coordinator's queue (another item's failure, say):
                     # this one follows them there, so the core hears of them in order.
                     table.live -= 1
-                    self._hand_off(flight, _RETURNED, value, flight.state)
+                    self._hand_off(flight, RETURNED, value, flight.state)
                     return
                 check = flight.branch.output_check
                 if check is not None and not _passes(check, value):
                     table.live -= 1  # the driver checks it again and reports
-                    self._hand_off(flight, _RETURNED, value, flight.state)
+                    self._hand_off(flight, RETURNED, value, flight.state)
                     return
                 if not self._go(flight, value, True):
                     table.live -= 1
@@ -842,7 +847,7 @@ class Items:
                 else:
                     result = branch.call(**flight.kwargs())
             except BaseException as exc:
-                self._hand_off(flight, _RAISED, exc, AttemptState.CALLED)
+                self._hand_off(flight, RAISED, exc, CALLED)
                 return False
             if type(result) is _CoroutineType:
                 flight.aw = result
@@ -980,15 +985,15 @@ class Items:
         flight = self._flights.get(job)
         if flight is None:
             return False
-        if flight.state >= _CANCELLED_STATE:
+        if flight.state >= CANCELLED:
             return True
         task = flight.task
         assert task is not None
-        if flight.state is _RUNNING_STATE:
+        if flight.state is RUNNING:
             # False when the task has already finished: its outcome is its own.
-            flight.state = _CANCELLED_STATE if task.cancel() else _CANCEL_MISSED_STATE
+            flight.state = CANCELLED if task.cancel() else CANCEL_MISSED
             return True
-        flight.state = _CANCELLED_STATE  # its task never ran a step: nothing was awaited
+        flight.state = CANCELLED  # its task never ran a step: nothing was awaited
         task.cancel()
         task.add_done_callback(lambda _task: self._unstarted(flight))
         return True
@@ -999,7 +1004,7 @@ class Items:
         flight.task = None
         self._flights.pop(flight.job, None)
         self._calls.table.live -= 1
-        self._hand_off(flight, _UNSTARTED, None, flight.state)
+        self._hand_off(flight, UNSTARTED, None, flight.state)
 
     def cancel_all(self) -> None:
         """Cancel every carried item (the run is being salvaged or abandoned)."""
@@ -1020,7 +1025,7 @@ class _Flight:
         self.args = args
         self.aw: Any = None
         self.task: asyncio.Task[None] | None = None
-        self.state = AttemptState.CALLED
+        self.state = CALLED
 
     def kwargs(self) -> dict[str, Any]:
         """The attempt's arguments by keyword (as the driver keeps them for retries)."""
