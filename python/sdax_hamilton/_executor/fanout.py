@@ -584,7 +584,8 @@ class Sources:
                 name = jobs[job].name
                 self._failed(job, item, TypeError(f"Invalid item from {name}: item {item}"))
                 return
-            self._values[f"{jobs.source_names[f]}[{item}]"] = value
+            suffix = f"[{item}]"  # the end of the item's values' keys
+            self._values[jobs.source_names[f] + suffix] = value
             commands = run.drawn(job, True)
             jobs.grow(f)
             if len(commands) == 1:  # the item's first START, most often
@@ -592,7 +593,7 @@ class Sources:
                 if (
                     op == _START
                     and first >= jobs.firsts[f][-1]
-                    and self.items.carry(first, attempt, timeout, item)
+                    and self.items.carry(first, attempt, timeout, suffix)
                 ):
                     return
         else:
@@ -743,10 +744,12 @@ class Items:
         # The run's attempts and coordinator's queue (``Calls`` holds it for the run too).
         self._table = calls.table
 
-    def carry(self, job: int, attempt: int, timeout: float | None, item: int | None = None) -> bool:
-        """Carry out START ``job`` (``attempt``, ``timeout``; of ``item``, when the caller
-        knows) if it may be; else ``False`` and the driver carries it out
-        (``Calls._start``)."""
+    def carry(
+        self, job: int, attempt: int, timeout: float | None, suffix: str | None = None
+    ) -> bool:
+        """Carry out START ``job`` (``attempt``, ``timeout``; ``suffix``: its item's
+        ``"[i]"``, when the caller knows it) if it may be; else ``False`` and the driver
+        carries it out (``Calls._start``)."""
         jobs = self._jobs
         if (
             attempt
@@ -758,13 +761,12 @@ class Items:
         branch = list.__getitem__(jobs, job)
         if type(branch) is not _Branch or not branch.carried:
             return False
-        if item is None:
-            item = bisect.bisect_right(jobs.firsts[branch.fan], job) - 1
-        suffix = f"[{item}]"
+        if suffix is None:
+            suffix = f"[{bisect.bisect_right(jobs.firsts[branch.fan], job) - 1}]"
         args = jobs.carried_args(branch, suffix, self._values)
         if args is None:
             return False
-        flight = _Flight(job, branch, item, suffix, args)
+        flight = _Flight(job, branch, suffix, args)
         if self._go(flight, _UNCALLED, False):
             table = self._table
             table.live += 1  # before create_task: an eager task factory may finish it at once
@@ -1015,13 +1017,12 @@ class Items:
 class _Flight:
     """An item carried out (``Items.carry``): the job it is at and its attempt's state."""
 
-    __slots__ = ("args", "aw", "branch", "item", "job", "state", "suffix", "task")
+    __slots__ = ("args", "aw", "branch", "job", "state", "suffix", "task")
 
-    def __init__(self, job: int, branch: _Branch, item: int, suffix: str, args: list[Any]) -> None:
+    def __init__(self, job: int, branch: _Branch, suffix: str, args: list[Any]) -> None:
         self.job = job
         self.branch = branch
-        self.item = item
-        self.suffix = suffix  # its values' keys end in it: ``"[item]"``
+        self.suffix = suffix  # its item's values' keys end in it: ``"[i]"``
         self.args = args
         self.aw: Any = None
         self.task: asyncio.Task[None] | None = None
