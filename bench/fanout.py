@@ -12,8 +12,10 @@ Runners, on the same item values and node functions (trivial bodies):
   ``limit`` workers and with its ``SynchronousLocalTaskExecutor``.
 
 Figures: CPU µs per item (``time.process_time``, every thread of the process: on a shared
-machine it moves less with the other processes' load than the wall clock; median of
-repetitions) and the difference to the floor.
+machine it moves less with the other processes' load than the wall clock), the median of
+repetitions, and the difference to the floor. The runners take turns, one execute each per
+repetition, and a runner's difference to the floor is the median of its repetitions' own
+differences: a slow spell of the machine lands on every runner of a repetition alike.
 
 ``--baseline DIR`` also runs ``ours`` from another checkout of this package (``DIR`` holds
 its ``sdax_hamilton`` package, built: its compiled ``_core`` beside it), in a process of
@@ -84,23 +86,35 @@ def _module(name: str, source: str, where: Path) -> Any:
         sys.path.remove(str(where))
 
 
-def _time(run: Callable[[], Any], reps: int) -> float:
-    samples = []
+def _measure(
+    runners: dict[str, Callable[[], Any]], floor_name: str, n: int, reps: int
+) -> dict[str, tuple[float, float]]:
+    """Per runner: the median µs per item and the median of its differences to the floor
+    in the same repetition; the runners take turns within each repetition."""
+    samples: dict[str, list[float]] = {name: [] for name in runners}
     for _ in range(reps):
-        gc.collect()
-        start = time.process_time()
-        run()
-        samples.append(time.process_time() - start)
-    return statistics.median(samples)
+        for name, run in runners.items():
+            gc.collect()
+            start = time.process_time()
+            run()
+            samples[name].append((time.process_time() - start) / n * 1e6)
+    floor_samples = samples[floor_name]
+    return {
+        name: (
+            statistics.median(own),
+            statistics.median(a - b for a, b in zip(own, floor_samples, strict=True)),
+        )
+        for name, own in samples.items()
+    }
 
 
-def _baseline(directory: str, n: int, limit: int, reps: int) -> dict[str, float]:
+def _baseline(directory: str, n: int, limit: int, reps: int) -> dict[str, list[float]]:
     """The floor and ours, timed in a process running the package found in ``directory``."""
     env = {**os.environ, "PYTHONPATH": directory}
     command = [sys.executable, __file__, "--items", str(n), "--limit", str(limit)]
     command += ["--reps", str(reps), "--ours-only"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
-    found: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    found: dict[str, list[float]] = json.loads(done.stdout.strip().splitlines()[-1])
     return found
 
 
@@ -156,19 +170,19 @@ def main() -> None:
         got = run()
         got = got["total"] if isinstance(got, dict) else got
         assert list(got) == expected, name
-    timings = {name: _time(run, reps) / n * 1e6 for name, run in runners.items()}
+    timings = _measure(runners, floor_name, n, reps)
     loop.close()
     if args.ours_only:
         print(json.dumps(timings))
         return
-    rows = [(name, per, per - timings[floor_name]) for name, per in timings.items()]
+    rows = [(name, per, above) for name, (per, above) in timings.items()]
     if args.baseline:
         other = _baseline(args.baseline, n, limit, reps)
         label = args.baseline_label
         for name in ("ours (async nodes)", "ours (sync nodes)"):
-            per = other[name]
-            rows.append((f"{label}: {name}", per, per - other[floor_name]))
-        rows.append((f"{label}: its own floor", other[floor_name], 0.0))
+            per, above = other[name]
+            rows.append((f"{label}: {name}", per, above))
+        rows.append((f"{label}: its own floor", other[floor_name][0], 0.0))
     print(f"{n} items, 2-node branch, max_concurrency={limit}, median of {reps}")
     print(f"(sdax_hamilton from {Path(sdax_hamilton.__file__).parent})\n")
     print("| runner | µs per item | above its floor, µs per item |")

@@ -296,6 +296,33 @@ impl PyRun {
         self.carried(py)
     }
 
+    /// `succeeded(job)`, but `None` when the only command is the first attempt of job
+    /// `next` with no timeout: a fan-out item's task carries that START out itself
+    /// (python/sdax_hamilton/_executor/fanout.py, `Items._onward`), with no list made.
+    fn succeeded_before<'py>(
+        &mut self,
+        py: Python<'py>,
+        job: &Bound<'py, PyAny>,
+        next: i64,
+    ) -> PyResult<Option<Bound<'py, PyList>>> {
+        self.core
+            .succeeded(job_id(job, "succeeded_before")?, &mut self.out)
+            .map_err(run_err)?;
+        if self.carrying.is_none() {
+            if let [c] = self.out[..] {
+                if c.op == Op::Start
+                    && c.attempt == 0
+                    && c.arg.is_none()
+                    && i64::from(c.job) == next
+                {
+                    self.out.clear();
+                    return Ok(None);
+                }
+            }
+        }
+        self.carried(py).map(Some)
+    }
+
     fn failed<'py>(
         &mut self,
         py: Python<'py>,

@@ -447,6 +447,27 @@ def test_chain_runs_one_after_another() -> None:
     assert run.finished
 
 
+def test_succeeded_before_is_none_only_for_the_plain_first_start_of_the_next_job() -> None:
+    p = plan_of(
+        node("a", ("x",)),
+        node("b", ("a",)),
+        node("c", ("b",), policy=Policy(timeout=3)),
+        node("d", ("c",)),
+        finals=("d",),
+    )
+    run = Run(p)
+    assert run.start() == [(START, 0, 0, None)]
+    # b's first START, alone, is what the caller carries out: no list
+    assert run.succeeded_before(0, 1) is None
+    assert run.pending == 1
+    # c's START has a timeout: the commands, as succeeded() gives them
+    assert run.succeeded_before(1, 2) == [(START, 2, 0, 3.0)]
+    # a START of another job than the one named: the commands
+    assert run.succeeded_before(2, 7) == [(START, 3, 0, None)]
+    assert run.succeeded_before(3, 4) == []
+    assert run.succeeded_jobs() == [0, 1, 2, 3]
+
+
 def test_fan_out_starts_together_and_joins() -> None:
     p = plan_of(
         node("src"),

@@ -403,6 +403,9 @@ class Run:
         """Begin the forward phase: START every node with no active dependency."""
     def succeeded(self, job: int) -> list[Command]:
         """The current attempt returned and its value passed the output check."""
+    def succeeded_before(self, job: int, next: int) -> list[Command] | None:
+        """``succeeded(job)``, but ``None`` when the only command is the first attempt of
+        job ``next`` with no timeout (its caller carries that START out itself)."""
     def failed(self, job: int, retryable: bool) -> tuple[float | None, list[Command]]:
         """The current attempt failed; returns ``(delay, commands)``.
 

@@ -871,17 +871,19 @@ class Items:
         hands = branch.hands
         if not hands:
             values[branch.name + suffix] = value
-        commands = self._run.succeeded(job)
         after = branch.after
-        if (
-            after is not None
-            and len(commands) == 1
-            and commands[0] == (_START, job + 1, 0, None)
-            and list.__getitem__(jobs, job + 1) is after
-        ):  # the item's next node, its job not made into a record: carried on here
-            command = commands[0]
+        commands: list[_core.Command] | None
+        if after is None:
+            commands = self._run.succeeded(job)
+        else:  # ``None``: the core STARTs the item's next node alone
+            commands = self._run.succeeded_before(job, job + 1)
+        if after is not None and commands is None and list.__getitem__(jobs, job + 1) is after:
+            # its job not made into a record: carried on here
+            command = (_START, job + 1, 0, None)
             args = [value] if hands else jobs.carried_args(after, suffix, values)
         else:
+            if commands is None:
+                commands = [(_START, job + 1, 0, None)]
             if hands:  # read by the driver or after the coordinator's turn
                 values[branch.name + suffix] = value
             if not commands:
