@@ -26,6 +26,15 @@ into ``/tmp/main-src/python/sdax_hamilton/``, then ``--baseline /tmp/main-src/py
 --baseline-label main``.
 
     python bench/fanout.py [--items 1000] [--limit 50] [--reps 15] [--baseline DIR]
+
+``--instructions`` counts instructions instead, a figure the machine's load does not move:
+the floor, ours (async) and ours (sync) each run ``--reps`` executes inside a C iterator
+of their own, as ``bench/instructions.py`` does, and its ``--report`` reads callgrind's
+output (``-n`` is reps x items, so the figures are per item):
+
+    valgrind --tool=callgrind --callgrind-out-file=OUT python bench/fanout.py \\
+        --instructions --reps 3
+    python bench/instructions.py --report OUT -n 3000
 """
 
 from __future__ import annotations
@@ -108,6 +117,24 @@ def _measure(
     }
 
 
+def _count(runners: dict[str, Callable[[], Any]], reps: int) -> None:
+    """Each runner's ``reps`` executes inside its own C iterator (``--instructions``)."""
+    import instructions
+
+    for run in runners.values():
+        run()
+    gc.collect()
+    gc.freeze()
+    for (name, run), wrapper in zip(runners.items(), instructions.WRAPPERS, strict=False):
+        print(f"{wrapper} {name}", file=sys.stderr)
+        instructions._inside(wrapper, lambda run=run: _repeat(run, reps))
+
+
+def _repeat(run: Callable[[], Any], reps: int) -> None:
+    for _ in range(reps):
+        run()
+
+
 def _baseline(directory: str, n: int, limit: int, reps: int) -> dict[str, list[float]]:
     """The floor and ours, timed in a process running the package found in ``directory``."""
     env = {**os.environ, "PYTHONPATH": directory}
@@ -126,6 +153,7 @@ def main() -> None:
     parser.add_argument("--baseline", help="a directory holding another sdax_hamilton build")
     parser.add_argument("--baseline-label", default="baseline")
     parser.add_argument("--ours-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--instructions", action="store_true", help="for callgrind")
     args = parser.parse_args()
     n, limit, reps = args.items, args.limit, args.reps
 
@@ -163,6 +191,9 @@ def main() -> None:
         "ours (async nodes)": on_loop(lambda: ours.execute(inputs={"n": n})),
         "ours (sync nodes)": on_loop(lambda: ours_sync.execute(inputs={"n": n})),
     }
+    if args.instructions:
+        _count(runners, reps)
+        return
     if not args.ours_only:
         runners[f"Hamilton, {limit} threads"] = hamilton(executors.MultiThreadingExecutor(limit))
         runners["Hamilton, synchronous"] = hamilton(executors.SynchronousLocalTaskExecutor())
