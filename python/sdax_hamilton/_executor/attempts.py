@@ -74,7 +74,7 @@ class EventKind(enum.IntEnum):
 Event = tuple[EventKind, Any, Any]
 
 # The members as module constants, defined here once for the modules that test or post
-# them on their paths per attempt (cancels.py, handback.py): one global lookup, where
+# them on their paths per attempt (cancels.py, handback.py, fanout.py): one global lookup, where
 # ``AttemptState.RUNNING`` is two.
 CALLED: Final = AttemptState.CALLED
 RUNNING: Final = AttemptState.RUNNING

@@ -762,7 +762,7 @@ class Items:
         if type(branch) is not _Branch or not branch.carried:
             return False
         if suffix is None:
-            suffix = f"[{bisect.bisect_right(jobs.firsts[branch.fan], job) - 1}]"
+            suffix = f"[{jobs.item_of(job, branch)}]"
         args = jobs.carried_args(branch, suffix, self._values)
         if args is None:
             return False
